@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The allowlist file: parse, validate, warn. Pure logic, no I/O but reading.
+
+Format (``egress-allowlist.conf``): one bare hostname per line, a leading
+dot for the name and all its subdomains, ``#`` comments (a whole line, or
+after the entry and whitespace) and blank lines. squid reads the first
+whitespace-separated word of each line and silently drops the rest, so
+anything after an entry that is not a comment is refused here rather than
+left for squid to half-read.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+MAX_NAME = 253
+MAX_LABEL = 63
+
+_LABEL = re.compile(r'^[a-z0-9]([a-z0-9-]*[a-z0-9])?$')
+_IPV4 = re.compile(r'^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
+                   r'(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$')
+
+# Names that reach the host running the proxy, and suffixes that cover them.
+HOST_NAMES = ('host.docker.internal', 'host.containers.internal')
+
+
+class AllowlistProblem(object):
+    """One refused or suspicious line: where, what, why, and the fix."""
+
+    def __init__(self, path, lineno, text, reason, fix):
+        self.path = path
+        self.lineno = lineno
+        self.text = text
+        self.reason = reason
+        self.fix = fix
+
+    def __str__(self):
+        return '%s:%d: %r: %s; %s' % (self.path, self.lineno, self.text, self.reason, self.fix)
+
+    def as_dict(self):
+        return dict(path=self.path, line=self.lineno, text=self.text,
+                    reason=self.reason, fix=self.fix, message=str(self))
+
+
+class Allowlist(object):
+    def __init__(self, path):
+        self.path = path
+        self.entries = []      # (lineno, entry) in file order
+        self.errors = []       # AllowlistProblem
+        self.warnings = []     # AllowlistProblem
+
+    @property
+    def ok(self):
+        return not self.errors
+
+    def hosts(self):
+        return [entry for _lineno, entry in self.entries]
+
+
+def classify_entry(entry):
+    """Return None when ``entry`` is a valid allowlist entry, else (reason, fix).
+
+    ``entry`` is a single word (no whitespace) as found in the file.
+    """
+    if any(ord(c) < 32 or ord(c) == 127 for c in entry):
+        return ('contains a control character', 'retype the line as plain ASCII text')
+    if any(ord(c) > 127 for c in entry):
+        return ('contains a non-ASCII character',
+                'write an internationalised name in its xn-- (punycode) form')
+    if '"' in entry or "'" in entry or '`' in entry:
+        return ('contains a quote', 'remove the quotes: write the bare hostname')
+    if '://' in entry:
+        return ('is a URL, not a hostname',
+                'write only the hostname, without the scheme (http:// or https://), port or path')
+    if '/' in entry:
+        return ('contains a path or slash', 'write only the hostname, without any path')
+    if '*' in entry or '?' in entry:
+        return ('contains a wildcard',
+                'write a leading dot instead (.example.com covers every subdomain and the name itself)')
+    if entry.startswith('['):
+        return ('is a bracketed address',
+                'IPv6 literals are not supported in the allowlist; declare a model endpoint instead')
+    if ':' in entry:
+        return ('contains a port or colon',
+                'write only the hostname: a listed host is reachable on 443 (CONNECT) and 80 (plain); '
+                'declare a model endpoint for any other port')
+    if '@' in entry:
+        return ('contains user information (@)', 'write only the hostname')
+    body = entry[1:] if entry.startswith('.') else entry
+    if not body:
+        return ('is a lone dot, which would match every name', 'write a domain after the dot, e.g. .example.com')
+    if body.startswith('.'):
+        return ('starts with more than one dot', 'use a single leading dot, e.g. .example.com')
+    if body.endswith('.'):
+        return ('ends with a dot', 'remove the trailing dot')
+    if len(body) > MAX_NAME:
+        return ('is longer than %d characters' % MAX_NAME, 'shorten the name; no DNS name is that long')
+    if _IPV4.match(body):
+        if entry.startswith('.'):
+            return ('puts a leading dot before an IP address', 'write the address without the dot')
+        return None
+    labels = body.split('.')
+    for label in labels:
+        if not label:
+            return ('has an empty label (two dots in a row)', 'remove the extra dot')
+        if len(label) > MAX_LABEL:
+            return ('has a label longer than %d characters (%s...)' % (MAX_LABEL, label[:12]),
+                    'no DNS label is longer than 63 characters; check the name')
+        if not _LABEL.match(label.lower()):
+            return ('label %r is not a hostname label (letters, digits and inner hyphens only)' % label,
+                    'write a plain DNS hostname')
+    if labels[-1].isdigit():
+        return ('ends in a numeric label but is not an IPv4 address',
+                'write a full dotted-quad IPv4 address or a DNS name')
+    return None
+
+
+def host_opening_entry(entry):
+    """True when ``entry`` admits a name that reaches the proxy's own host."""
+    lowered = entry.lower()
+    for name in HOST_NAMES:
+        if lowered == name:
+            return True
+        if lowered.startswith('.') and (name == lowered[1:] or name.endswith(lowered)):
+            return True
+    return False
+
+
+def _covered_by(entry, other):
+    """True when the wildcard ``other`` (leading dot) already matches ``entry``."""
+    if not other.startswith('.') or entry == other:
+        return False
+    bare = entry[1:] if entry.startswith('.') else entry
+    return bare == other[1:] or bare.endswith(other)
+
+
+def parse(text, path='egress-allowlist.conf'):
+    """Parse and validate allowlist text; return an :class:`Allowlist`."""
+    result = Allowlist(path)
+    if text.startswith('\ufeff'):
+        result.errors.append(AllowlistProblem(path, 1, '\ufeff', 'starts with a byte order mark',
+                                              'save the file as UTF-8 without a BOM'))
+        text = text[1:]
+    seen = {}
+    for lineno, raw in enumerate(text.split('\n'), start=1):
+        line = raw[:-1] if raw.endswith('\r') else raw
+        stripped = line.strip(' \t')
+        if not stripped or stripped.startswith('#'):
+            continue
+        words = re.split(r'[ \t]+', stripped, maxsplit=1)
+        entry = words[0]
+        rest = words[1] if len(words) > 1 else ''
+        if rest and not rest.startswith('#'):
+            result.errors.append(AllowlistProblem(
+                path, lineno, stripped, 'has a space inside the entry (squid would read only %r)' % entry,
+                'put one hostname per line; start a trailing note with #'))
+            continue
+        if '#' in entry:
+            result.errors.append(AllowlistProblem(
+                path, lineno, stripped, 'has a # inside the entry',
+                'separate a trailing comment from the hostname with a space'))
+            continue
+        problem = classify_entry(entry)
+        if problem:
+            result.errors.append(AllowlistProblem(path, lineno, entry, problem[0], problem[1]))
+            continue
+        entry = entry.lower()
+        if entry in seen:
+            result.warnings.append(AllowlistProblem(
+                path, lineno, entry, 'repeats line %d' % seen[entry], 'remove the duplicate line'))
+            continue
+        seen[entry] = lineno
+        if host_opening_entry(entry):
+            result.warnings.append(AllowlistProblem(
+                path, lineno, entry,
+                "opens this host's ports 443 and 80 to every job (host.docker.internal / "
+                "host.containers.internal)",
+                'remove the line and declare the model server in model-endpoints.json instead'))
+        result.entries.append((lineno, entry))
+    # squid warns and drops an entry another wildcard entry already covers.
+    for lineno, entry in result.entries:
+        for other_line, other in result.entries:
+            if _covered_by(entry, other):
+                result.warnings.append(AllowlistProblem(
+                    path, lineno, entry, 'is already covered by %s on line %d' % (other, other_line),
+                    'remove one of the two lines (squid ignores the narrower one)'))
+                break
+    return result
+
+
+def render_seed(entries):
+    """Text of a new allowlist from [{'host': ..., 'comment': ...}] items."""
+    lines = [
+        '# pi-dispatch egress allowlist: one bare hostname per line.',
+        '# A leading dot (.example.com) matches the name and every subdomain.',
+        '# A listed host is reachable by CONNECT on 443 and by plain HTTP on 80, nothing else.',
+        '# Declare model servers (any other host:port) in model-endpoints.json, not here.',
+        '',
+    ]
+    width = max([len(e['host']) for e in entries] + [0]) + 2
+    for item in entries:
+        host = item['host']
+        comment = item.get('comment')
+        if comment:
+            lines.append('%s# %s' % (host.ljust(width), comment))
+        else:
+            lines.append(host)
+    return '\n'.join(lines) + '\n'

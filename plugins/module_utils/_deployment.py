@@ -1,0 +1,168 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The deployment folder: layout, create-only writes, symlink refusals.
+
+Every file of the layout is created when missing and otherwise left exactly
+as it is (not rewritten, not re-permissioned, not touched). A create is
+atomic and exclusive: the content goes to a temporary file beside the
+target, which is then hard-linked to the target name, so a concurrent
+writer or an existing file always wins and a reader never sees half a file.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import stat
+import tempfile
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+
+ALLOWLIST = 'egress-allowlist.conf'
+RULES = os.path.join('deploy', 'egress-proxy.conf')
+ENDPOINTS_JSON = 'model-endpoints.json'
+ENDPOINTS_CONF = 'model-endpoints.conf'
+
+DEFAULT_ALLOWLIST = [
+    dict(host='api.anthropic.com', comment='the provider: every turn of every job'),
+    dict(host='.github.com', comment='your forge: the push and the pull request'),
+    dict(host='registry.npmjs.org', comment="only when a job installs the serviced repo's own dependencies"),
+]
+
+EMPTY_DECLARATION = json.dumps({'version': 1, 'endpoints': []}, indent=2) + '\n'
+
+
+class DeploymentError(Exception):
+    pass
+
+
+def empty_include():
+    """The model-endpoints include with nothing declared (header only)."""
+    try:
+        from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+        return _endpoints.render_include([])
+    except (ImportError, AttributeError):  # pragma: no cover - until endpoints land
+        return ('# pi-dispatch model endpoints (rendered from model-endpoints.json; do not edit)\n'
+                '# Nothing is declared.\n')
+
+
+def layout(allowlist_entries=None):
+    """[(relative path, content)] in creation order."""
+    entries = DEFAULT_ALLOWLIST if allowlist_entries is None else allowlist_entries
+    return [
+        (ALLOWLIST, _allowlist.render_seed(entries)),
+        (RULES, _rules.packaged_rules()),
+        (ENDPOINTS_JSON, EMPTY_DECLARATION),
+        (ENDPOINTS_CONF, empty_include()),
+    ]
+
+
+def paths(deploy_dir):
+    return dict(
+        deploy_dir=deploy_dir,
+        allowlist=os.path.join(deploy_dir, ALLOWLIST),
+        rules=os.path.join(deploy_dir, RULES),
+        endpoints_json=os.path.join(deploy_dir, ENDPOINTS_JSON),
+        endpoints_conf=os.path.join(deploy_dir, ENDPOINTS_CONF),
+    )
+
+
+def refuse_symlinked_path(path, what):
+    """Refuse ``path`` when it, or any existing parent, is a symlink we did not expect.
+
+    Only the path itself and its parents inside the deployment folder are
+    checked by callers; system symlinks above the folder (e.g. /var/run) are
+    the operator's business.
+    """
+    if os.path.islink(path):
+        raise DeploymentError(
+            '%s %s is a symlink (to %s). The deployment folder is refused rather than followed: '
+            'replace the symlink with a real directory or file, or point deploy_dir at the real path.'
+            % (what, path, os.readlink(path)))
+
+
+def check_existing(path, what, want_dir):
+    refuse_symlinked_path(path, what)
+    if not os.path.lexists(path):
+        return False
+    mode = os.lstat(path).st_mode
+    if want_dir and not stat.S_ISDIR(mode):
+        raise DeploymentError('%s %s exists but is not a directory; move it away and rerun.' % (what, path))
+    if not want_dir and not stat.S_ISREG(mode):
+        raise DeploymentError('%s %s exists but is not a regular file; move it away and rerun.' % (what, path))
+    return True
+
+
+def plan(deploy_dir, allowlist_entries=None):
+    """Decide what to create. Returns (dirs_to_create, [(path, content, exists)]).
+
+    Raises DeploymentError (and nothing has been written) on any refusal.
+    """
+    if not os.path.isabs(deploy_dir):
+        raise DeploymentError('deploy_dir %r is not an absolute path; give the full path.' % deploy_dir)
+    deploy_dir = os.path.normpath(deploy_dir)
+    dirs = []
+    if not check_existing(deploy_dir, 'deploy_dir', True):
+        dirs.append(deploy_dir)
+    sub = os.path.join(deploy_dir, 'deploy')
+    if not check_existing(sub, 'The rules folder', True):
+        dirs.append(sub)
+    files = []
+    for rel, content in layout(allowlist_entries):
+        path = os.path.join(deploy_dir, rel)
+        files.append((path, content, check_existing(path, 'Deployment file', False)))
+    return dirs, files
+
+
+def create_exclusive(path, content, mode=0o644):
+    """Create ``path`` with ``content`` unless it exists. True when created."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        try:
+            os.link(tmp, path)
+        except OSError as exc:
+            if os.path.lexists(path):
+                return False
+            raise DeploymentError('Creating %s failed: %s' % (path, exc))
+        return True
+    finally:
+        os.unlink(tmp)
+
+
+def apply(deploy_dir, allowlist_entries=None, check_mode=False, dir_mode=0o755, file_mode=0o644):
+    """Lay out the folder create-only. Returns a result dict (created / kept)."""
+    dirs, files = plan(deploy_dir, allowlist_entries)
+    created, kept = [], []
+    for path, _content, exists in files:
+        (kept if exists else created).append(path)
+    if not check_mode:
+        for directory in dirs:
+            try:
+                os.mkdir(directory, dir_mode)
+            except FileExistsError:
+                check_existing(directory, 'Folder', True)
+        actually_created = []
+        for path, content, exists in files:
+            if not exists and create_exclusive(path, content, file_mode):
+                actually_created.append(path)
+            elif not exists:
+                kept.append(path)
+        created = actually_created
+    return dict(
+        changed=bool(created or dirs),
+        created=created,
+        kept=sorted(kept),
+        created_dirs=dirs,
+        paths=paths(os.path.normpath(deploy_dir)),
+        contents=dict((path, content) for path, content, exists in files if not exists),
+    )

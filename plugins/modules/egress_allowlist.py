@@ -1,0 +1,111 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_allowlist
+short_description: Validate an egress allowlist before squid reads it
+version_added: 0.1.0
+description:
+  - Reads C(egress-allowlist.conf) and checks every line; the module never writes.
+  - A line that is not a bare hostname or a leading-dot domain (spaces inside an
+    entry, quotes, a scheme such as C(http://), a port, a path, a wildcard, a
+    control character, an over-long label) fails the task with the file, the
+    line number, the offending text and the fix. Run this before any start or
+    reload so that the running proxy keeps its last good file.
+  - Entries that open the proxy's own host (C(host.docker.internal),
+    C(host.containers.internal), or a domain such as C(.internal) that covers
+    them) are warnings naming the line; declare a model endpoint instead.
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+options:
+  path:
+    description: The allowlist file.
+    type: path
+    required: true
+  warnings_fatal:
+    description: Fail on warnings too.
+    type: bool
+    default: false
+seealso:
+  - module: pi_dispatch.egress.egress_deployment
+'''
+
+EXAMPLES = r'''
+- name: Refuse a malformed allowlist before the proxy reads it
+  pi_dispatch.egress.egress_allowlist:
+    path: /opt/pi-dispatch/egress/egress-allowlist.conf
+'''
+
+RETURN = r'''
+entries:
+  description: The valid entries, lowercased, in file order.
+  returned: success
+  type: list
+  elements: str
+  sample: [api.anthropic.com, .github.com]
+problems:
+  description: Every refused line (fatal) and warning, with path, line, text, reason and fix.
+  returned: always
+  type: list
+  elements: dict
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type='path', required=True),
+            warnings_fatal=dict(type='bool', default=False),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params['path']
+    if os.path.islink(path):
+        module.fail_json(msg='%s is a symlink; the proxy mounts the allowlist as a single file. '
+                             'Replace it with the real file.' % path, problems=[])
+    if not os.path.isfile(path):
+        module.fail_json(msg='%s does not exist or is not a regular file; run the deployment role '
+                             '(playbooks/site.yml) to create it.' % path, problems=[])
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read()
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        module.fail_json(msg='%s is not UTF-8 text (%s); save it as plain ASCII/UTF-8.' % (path, exc), problems=[])
+    except OSError as exc:
+        module.fail_json(msg='Reading %s failed: %s' % (path, exc), problems=[])
+    result = _allowlist.parse(text, path)
+    problems = [dict(p.as_dict(), severity='error') for p in result.errors]
+    problems += [dict(p.as_dict(), severity='warning') for p in result.warnings]
+    for warning in result.warnings:
+        module.warn(str(warning))
+    if result.errors or (module.params['warnings_fatal'] and result.warnings):
+        bad = result.errors or result.warnings
+        module.fail_json(
+            msg='The allowlist is refused; the running proxy keeps its last good file. %s'
+                % ' | '.join(str(p) for p in bad),
+            problems=problems)
+    module.exit_json(changed=False, entries=result.hosts(), problems=problems)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,174 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_image
+short_description: Build the egress proxy image (or a probe image) locally, pulling nothing
+version_added: 0.1.0
+description:
+  - Builds an image from a Containerfile given as text, on a base image that is already
+    on the daemon, with the build context made in memory and C(pull) off.
+  - When the base image is missing and I(base_build=debootstrap), first builds the base
+    from the host's configured Debian mirror with C(debootstrap) and imports it, as an
+    air-gapped fleet needs.
+  - Idempotent by a build hash over the Containerfile, the base image id and the extra
+    files, kept in the label C(io.pi-dispatch.egress.build-hash); a second run with the
+    same inputs builds nothing.
+  - Records the squid version found in the image in the label
+    C(io.pi-dispatch.egress.squid-version) when I(squid=true).
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether the base and the image would be built.
+  diff_mode:
+    support: none
+options:
+  name:
+    description: Tag of the image to build.
+    type: str
+    required: true
+  containerfile:
+    description: The Containerfile text. It should start with C(ARG BASE_IMAGE) and C(FROM ${BASE_IMAGE}).
+    type: str
+    required: true
+  files:
+    description: Extra files of the build context, name to text.
+    type: dict
+    default: {}
+  base_image:
+    description: The base image, passed as build argument C(BASE_IMAGE).
+    type: str
+    default: pi-dispatch-egress-base:trixie
+  base_build:
+    description: What to do when the base image is missing.
+    type: str
+    choices: [none, debootstrap]
+    default: none
+  base_suite:
+    description: Debian suite debootstrap installs (trixie carries squid 6.13).
+    type: str
+    default: trixie
+  mirror:
+    description: Debian mirror for debootstrap; by default the one the host's apt sources use.
+    type: str
+  squid:
+    description: Check that the image runs squid and label its version.
+    type: bool
+    default: true
+  docker_host:
+    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds an API call may take.
+    type: int
+    default: 60
+requirements:
+  - Docker SDK for Python >= 7.0
+  - debootstrap on the target, when I(base_build=debootstrap) has to build the base
+'''
+
+EXAMPLES = r'''
+- name: Build the proxy image, building its Debian base from the host's mirror if needed
+  pi_dispatch.egress.egress_image:
+    name: pi-dispatch-egress-proxy:latest
+    containerfile: "{{ lookup('ansible.builtin.file', 'Containerfile') }}"
+    base_build: debootstrap
+'''
+
+RETURN = r'''
+id:
+  description: Id of the image (in check mode, of the existing image or null).
+  returned: always
+  type: str
+squid_version:
+  description: The squid version found in the image.
+  returned: when I(squid=true) and the image exists
+  type: str
+  sample: "6.13"
+base_built:
+  description: Whether the base image was built by debootstrap in this run.
+  returned: always
+  type: bool
+mirror:
+  description: The mirror debootstrap used (or would use).
+  returned: when the base is built
+  type: str
+build_hash:
+  description: The build hash of the inputs.
+  returned: always
+  type: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _image
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type='str', required=True),
+        containerfile=dict(type='str', required=True),
+        files=dict(type='dict', default={}),
+        base_image=dict(type='str', default='pi-dispatch-egress-base:trixie'),
+        base_build=dict(type='str', default='none', choices=['none', 'debootstrap']),
+        base_suite=dict(type='str', default='trixie'),
+        mirror=dict(type='str'),
+        squid=dict(type='bool', default=True),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if dc.docker is None:
+        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    p = module.params
+    files = dict((str(k), str(v)) for k, v in p['files'].items())
+    result = dict(changed=False, base_built=False, id=None, build_hash=None)
+    try:
+        client = dc.connect(p['docker_host'], p['docker_timeout'])
+        base = dc.get_image(client, p['base_image'])
+        if base is None:
+            if p['base_build'] != 'debootstrap':
+                module.fail_json(msg='Base image %s is not on this daemon and no registry is used. Set '
+                                     'base_build: debootstrap (role variable egress_proxy_base_build) to '
+                                     'build it from the host\'s Debian mirror.' % p['base_image'], **result)
+            mirror = p['mirror'] or _image.debian_mirror(_image.host_sources())
+            if not mirror:
+                module.fail_json(msg='No Debian mirror found in /etc/apt/sources.list*; set mirror '
+                                     '(egress_proxy_debian_mirror).', **result)
+            result['mirror'] = mirror
+            result['changed'] = True
+            result['base_built'] = True
+            if module.check_mode:
+                module.exit_json(**result)
+            _image.build_base(client, p['base_image'], p['base_suite'], mirror)
+        if module.check_mode:
+            base = dc.get_image(client, p['base_image'])
+            wanted = _image.build_hash(p['containerfile'], base.id, {'BASE_IMAGE': p['base_image']}, files)
+            current = dc.get_image(client, p['name'])
+            labels = (current.labels or {}) if current else {}
+            result['build_hash'] = wanted
+            result['id'] = current.id if current else None
+            result['squid_version'] = labels.get(_image.LABEL_SQUID_VERSION)
+            result['changed'] = labels.get(_image.LABEL_BUILD_HASH) != wanted
+            module.exit_json(**result)
+        built = _image.build_image(client, p['name'], p['containerfile'], p['base_image'], files,
+                                   squid=p['squid'])
+        result.update(id=built['id'], build_hash=built['build_hash'], squid_version=built['squid_version'])
+        result['changed'] = result['changed'] or built['changed']
+    except (_image.ImageError, dc.EngineError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

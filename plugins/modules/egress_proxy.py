@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_proxy
+short_description: Manage the pi-dispatch egress proxy container
+version_added: 0.1.0
+description:
+  - Manages the squid container C(pi-dispatch-egress-proxy) on the upstream network
+    C(pi-dispatch-egress-out), with the deployment folder's rules, allowlist and
+    model-endpoints include bind-mounted read-only as single files, restart policy
+    C(unless-stopped), C(host.docker.internal:host-gateway), a health check that
+    asks squid itself (C(squidclient mgr:info) against port 3128) and no published port.
+  - Compares what matters (image, mounts, upstream network, restart policy, extra
+    hosts, published ports, health check) and recreates the container only when
+    something differs. Job networks the old container was attached to are
+    reconnected to the new one.
+  - A container under the proxy's name that is not a pi-dispatch proxy (no label of
+    this collection and no squid rules mount) is refused, never replaced.
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Reports the actions it would take and changes nothing.
+  diff_mode:
+    support: full
+    description: Shows the observed and the wanted shape when they differ.
+options:
+  state:
+    description:
+      - C(present) and C(started) make sure the container exists in the wanted shape and runs.
+      - C(stopped) stops it (creating it stopped when missing).
+      - C(absent) removes it.
+      - C(restarted) makes sure it exists and restarts it, so squid rereads its rules.
+      - C(reloaded) runs C(squid -k reconfigure) in the running proxy (no restart, no job is cut).
+    type: str
+    default: started
+    choices: [present, started, stopped, absent, restarted, reloaded]
+  name:
+    description: Container name.
+    type: str
+    default: pi-dispatch-egress-proxy
+  image:
+    description: The proxy image (built locally by the C(proxy) role).
+    type: str
+    default: pi-dispatch-egress-proxy:latest
+  deploy_dir:
+    description: The deployment folder whose files are mounted. Required unless I(state=absent).
+    type: path
+  network:
+    description: The upstream network; created when missing.
+    type: str
+    default: pi-dispatch-egress-out
+  network_internal:
+    description:
+      - Create the upstream network with C(--internal) (no route out). Tests use this so
+        no packet can leave the machine. Has no effect on an existing network.
+    type: bool
+    default: false
+  extra_hosts:
+    description: More C(name:address) entries for the proxy's /etc/hosts, beside C(host.docker.internal:host-gateway).
+    type: list
+    elements: str
+    default: []
+  mount_endpoints:
+    description:
+      - Mount C(model-endpoints.conf). Only a rules file without the include may run without it.
+    type: bool
+    default: true
+  health_interval:
+    description: Seconds between health checks (also the start period).
+    type: int
+    default: 5
+  wait:
+    description: After a start, restart or create, wait until the health check passes.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait for the proxy to become healthy.
+    type: int
+    default: 60
+  docker_host:
+    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds an API call may take.
+    type: int
+    default: 60
+requirements:
+  - Docker SDK for Python >= 7.0
+  - Docker Engine API >= 1.41
+seealso:
+  - module: pi_dispatch.egress.egress_deployment
+'''
+
+EXAMPLES = r'''
+- name: Run the proxy on the deployment folder's files
+  pi_dispatch.egress.egress_proxy:
+    deploy_dir: /opt/pi-dispatch/egress
+
+- name: Make squid reread the allowlist without cutting any job
+  pi_dispatch.egress.egress_proxy:
+    deploy_dir: /opt/pi-dispatch/egress
+    state: reloaded
+
+- name: Remove the proxy
+  pi_dispatch.egress.egress_proxy:
+    state: absent
+'''
+
+RETURN = r'''
+actions:
+  description: The actions taken (or, in check mode, that would be taken), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [create network pi-dispatch-egress-out, create, start, reconnect]
+differences:
+  description: What differed between the running and the wanted container.
+  returned: always
+  type: list
+  elements: str
+messages:
+  description: Notes such as job networks reconnected after a recreate.
+  returned: always
+  type: list
+  elements: str
+container:
+  description: Facts of the proxy container after the run (empty when absent).
+  returned: always
+  type: dict
+  contains:
+    id:
+      description: Container id.
+      type: str
+      returned: when present
+    status:
+      description: Docker state (running, paused, exited, ...).
+      type: str
+      returned: when present
+    health:
+      description: Health status.
+      type: str
+      returned: when present
+    networks:
+      description: Networks it is attached to.
+      type: list
+      returned: when present
+    job_networks:
+      description: The job networks among them.
+      type: list
+      returned: when present
+    mounts:
+      description: Its mounts.
+      type: list
+      returned: when present
+    published_ports:
+      description: Published ports (always empty for a proxy this module made).
+      type: list
+      returned: when present
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+
+
+def main():
+    argument_spec = dict(
+        state=dict(type='str', default='started', choices=list(_proxy.STATES)),
+        name=dict(type='str', default=_proxy.PROXY_NAME),
+        image=dict(type='str', default='pi-dispatch-egress-proxy:latest'),
+        deploy_dir=dict(type='path'),
+        network=dict(type='str', default=_proxy.UPSTREAM_NETWORK),
+        network_internal=dict(type='bool', default=False),
+        extra_hosts=dict(type='list', elements='str', default=[]),
+        mount_endpoints=dict(type='bool', default=True),
+        health_interval=dict(type='int', default=5),
+        wait=dict(type='bool', default=True),
+        wait_timeout=dict(type='int', default=60),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
+    if dc.docker is None:
+        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    p = module.params
+    for entry in p['extra_hosts']:
+        if ':' not in entry or entry.startswith(':') or entry.endswith(':'):
+            module.fail_json(msg='extra_hosts entry %r is not name:address' % entry)
+    if p['health_interval'] < 1 or p['wait_timeout'] < 1:
+        module.fail_json(msg='health_interval and wait_timeout must be at least 1 second')
+
+    deploy_paths = _deployment.paths(p['deploy_dir']) if p['deploy_dir'] else None
+    spec = _proxy.desired_spec(
+        p['image'],
+        deploy_paths['rules'] if deploy_paths else '', deploy_paths['allowlist'] if deploy_paths else '',
+        deploy_paths['endpoints_conf'] if deploy_paths else '',
+        network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
+        health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'])
+
+    try:
+        client = dc.connect(p['docker_host'], p['docker_timeout'])
+    except dc.EngineError as exc:
+        module.fail_json(msg=str(exc), retryable=exc.retryable)
+
+    manager = _proxy.ProxyManager(client, spec, check_mode=module.check_mode)
+    result = dict(changed=False, actions=manager.actions, differences=[], messages=manager.messages, container={})
+    try:
+        container = manager.container()
+        obs = _proxy.observed(container.attrs) if container else None
+        if obs and not _proxy.is_ours(obs):
+            module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy (no %s label '
+                                 'and no squid rules mount). Rename or remove it (docker rename / docker rm), '
+                                 'or choose another name.' % (p['name'], _proxy.LABEL_ROLE), **result)
+        image_id = None
+        if p['state'] != 'absent':
+            for path in (deploy_paths['rules'], deploy_paths['allowlist']) + (
+                    (deploy_paths['endpoints_conf'],) if p['mount_endpoints'] else ()):
+                if os.path.islink(path):
+                    module.fail_json(msg='%s is a symlink; the proxy mounts it as a single file. Replace it '
+                                         'with the real file.' % path, **result)
+            missing = manager.missing_sources()
+            if missing:
+                module.fail_json(msg='Mount source(s) missing: %s. Lay out the deployment folder first '
+                                     '(pi_dispatch.egress.egress_deployment or playbooks/site.yml).'
+                                     % ', '.join(missing), **result)
+            image_id = manager.image_id()
+            if image_id is None:
+                module.fail_json(msg='Image %s is not on this daemon. Build it with the proxy role '
+                                     '(playbooks/site.yml builds it locally; nothing is pulled).' % p['image'],
+                                 **result)
+        diffs = _proxy.differences(spec, obs, image_id) if obs and p['state'] != 'absent' else []
+        result['differences'] = diffs
+        actions = _proxy.decide(p['state'], obs, diffs)
+        if p['state'] != 'absent':
+            manager.ensure_network(internal=p['network_internal'])
+        container = manager.apply(actions, container, obs['job_networks'] if obs else [])
+        result['changed'] = bool(manager.actions)
+        if module._diff and diffs:
+            result['diff'] = dict(before='\n'.join(diffs) + '\n', after='(recreated in the wanted shape)\n')
+        if container is not None and not module.check_mode:
+            started = set(actions) & set(['create', 'start', 'restart', 'unpause', 'reconfigure'])
+            if p['wait'] and started and p['state'] not in ('stopped',):
+                status = manager.wait_healthy(container, p['wait_timeout'])
+                if status != 'healthy':
+                    module.fail_json(msg='The proxy did not become healthy within %ss (last status: %s). '
+                                         'Its log ends with:\n%s' % (p['wait_timeout'], status,
+                                                                     _proxy.logs_tail(container)), **result)
+            container.reload()
+            obs_after = _proxy.observed(container.attrs)
+            result['container'] = dict((k, obs_after[k]) for k in (
+                'id', 'name', 'status', 'health', 'networks', 'job_networks', 'mounts', 'published_ports',
+                'image_id', 'restart_policy', 'extra_hosts'))
+        elif obs:
+            result['container'] = obs
+    except (_proxy.ProxyError, dc.EngineError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Fake upstream for the egress tests: answers like a provider.
+
+HTTPS (self-signed) on 443 and 8443, plain HTTP on 80 and 8080, and any
+extra ports given with --http / --https. Every answer is a 401 with a JSON
+body naming the Host header and the port, so a test can tell which server
+answered; GET /v1/models answers 200 with a model list (a model server).
+"""
+import argparse
+import json
+import os
+import ssl
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def make_handler(port, scheme):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = 'fake-upstream/1'
+
+        def _answer(self):
+            if self.path.startswith('/v1/models'):
+                code, body = 200, {'object': 'list', 'data': [{'id': 'fake-model'}]}
+            else:
+                code, body = 401, {'error': 'unauthenticated'}
+            body.update({'host': self.headers.get('Host', ''), 'port': port, 'scheme': scheme})
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header('Content-Type', 'application/json')
+            self.send_header('Content-Length', str(len(data)))
+            self.send_header('X-Fake-Upstream', '%s:%d' % (scheme, port))
+            self.end_headers()
+            if self.command != 'HEAD':
+                self.wfile.write(data)
+
+        do_GET = do_POST = do_HEAD = _answer
+
+        def log_message(self, fmt, *args):
+            print('%s:%d %s' % (scheme, port, fmt % args), flush=True)
+
+    return Handler
+
+
+def serve(port, tls, certdir):
+    httpd = ThreadingHTTPServer(('', port), make_handler(port, 'https' if tls else 'http'))
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(certdir, 'cert.pem'), os.path.join(certdir, 'key.pem'))
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    httpd.serve_forever()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--http', type=int, action='append', default=[])
+    ap.add_argument('--https', type=int, action='append', default=[])
+    args = ap.parse_args()
+    certdir = '/tmp/fake-upstream'
+    os.makedirs(certdir, exist_ok=True)
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+                    '-subj', '/CN=fake-upstream.test', '-keyout', os.path.join(certdir, 'key.pem'),
+                    '-out', os.path.join(certdir, 'cert.pem')], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    servers = [(p, False) for p in [80, 8080] + args.http] + [(p, True) for p in [443, 8443] + args.https]
+    threads = [threading.Thread(target=serve, args=(p, tls, certdir), daemon=True) for p, tls in servers]
+    for t in threads:
+        t.start()
+    print('fake upstream ready on %s' % sorted(p for p, _ in servers), flush=True)
+    for t in threads:
+        t.join()
+
+
+if __name__ == '__main__':
+    main()
