@@ -1,0 +1,245 @@
+"""The integration world: a real proxy deployed by site.yml, a fake upstream, a job network.
+
+One session fixture, ``egress_env``, builds it once:
+
+* ``playbooks/site.yml`` deploys into a temporary folder with an allowlist of
+  ``.test`` names only, the upstream network created ``--internal`` (nothing can
+  leave the machine even if a rule were wrong) and ``loopback.test`` pinned to
+  127.0.0.1 in the proxy's /etc/hosts (the "listed name that resolves to this
+  host" case);
+* a fake upstream container (``tests/images/tools/fake_upstream.py``) joins the
+  upstream network under every ``.test`` alias the tests use; it answers HTTPS
+  on 443/8443 with a provider-like 401 and plain HTTP on 80/8080;
+* a fresh ``--internal`` job network holds only a long-lived client container
+  and the proxy; ``env.curl(...)`` runs curl inside that client.
+
+Names carry the suffix ``$PI_EGRESS_IT_SUFFIX`` (default ``-it``) so a run never
+touches a real deployment on the same daemon and parallel runs stay apart.
+The images come from ``tests/images/build.yml`` (``./run test`` builds them).
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import time
+
+import pytest
+
+docker = pytest.importorskip('docker')
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUFFIX = os.environ.get('PI_EGRESS_IT_SUFFIX', '-it')
+TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
+PROXY_IMAGE = 'pi-dispatch-egress-proxy:latest'
+
+# Names the fake upstream answers under (network aliases on the upstream net).
+FAKE_ALIASES = [
+    'api.provider.test',   # listed: the provider
+    'www.forge.test',      # covered by the listed .forge.test
+    'forge.test',          # the bare parent of .forge.test (dstdomain matches it too)
+    'plain.test',          # listed: plain HTTP on 80
+    'denied.test',         # NOT listed, resolves and answers: a leaky proxy would show
+    'models.test',         # model server (declared by the endpoints tests)
+]
+ALLOWLIST = [
+    {'host': 'api.provider.test', 'comment': 'the provider (fake)'},
+    {'host': '.forge.test', 'comment': 'the forge (fake)'},
+    {'host': 'plain.test', 'comment': 'plain http (fake)'},
+    {'host': 'loopback.test', 'comment': 'resolves to 127.0.0.1 inside the proxy'},
+]
+
+
+def ansible_env():
+    env = dict(os.environ)
+    env.setdefault('ANSIBLE_LOCALHOST_WARNING', 'false')
+    env.setdefault('ANSIBLE_INVENTORY_UNPARSED_WARNING', 'false')
+    env.setdefault('ANSIBLE_NOCOLOR', '1')
+    env['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.builtin.default'
+    env['ANSIBLE_CALLBACK_RESULT_FORMAT'] = 'yaml'
+    return env
+
+
+def run_playbook(playbook, extra_vars, check=False, timeout=900):
+    """Run a playbook against localhost; returns (rc, output, recap dict)."""
+    cmd = ['ansible-playbook', '-i', 'localhost,', '-c', 'local', os.path.join(ROOT, playbook),
+           '-e', json.dumps(extra_vars)]
+    if check:
+        cmd += ['--check', '--diff']
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                          env=ansible_env(), cwd=ROOT)
+    out = proc.stdout.decode('utf-8', 'replace')
+    recap = {}
+    for line in out.splitlines():
+        if line.startswith('localhost') and 'ok=' in line:
+            recap = dict(item.split('=') for item in line.split(':', 1)[1].split())
+            recap = dict((k, int(v)) for k, v in recap.items())
+    return proc.returncode, out, recap
+
+
+class EgressEnv(object):
+    """Handles to the integration world (see the module docstring)."""
+
+    def __init__(self, client, deploy_dir):
+        self.client = client
+        self.deploy_dir = deploy_dir
+        self.suffix = SUFFIX
+        self.proxy = 'pi-dispatch-egress-proxy' + SUFFIX
+        self.upstream_net = 'pi-dispatch-egress-out' + SUFFIX
+        self.fake = 'pi-egress-fake' + SUFFIX
+        self.job_net = 'pi-egress-client-net' + SUFFIX
+        self.client_container = 'pi-egress-client' + SUFFIX
+        self.tools_image = TOOLS_IMAGE
+        self.proxy_image = PROXY_IMAGE
+        self.proxy_url = 'http://%s:3128' % self.proxy
+        self.allowlist = ALLOWLIST
+        self.fake_aliases = FAKE_ALIASES
+
+    def site_vars(self, **more):
+        extra = {
+            'egress_deploy_dir': self.deploy_dir,
+            'egress_proxy_name': self.proxy,
+            'egress_proxy_upstream_network': self.upstream_net,
+            'egress_proxy_network_internal': True,
+            'egress_proxy_extra_hosts': ['loopback.test:127.0.0.1'],
+            'egress_allowlist_seed': self.allowlist,
+            'egress_proxy_install_debootstrap': False,
+        }
+        extra.update(more)
+        return extra
+
+    def site(self, check=False, **more):
+        return run_playbook('playbooks/site.yml', self.site_vars(**more), check=check)
+
+    def exec_client(self, argv, timeout=30):
+        """Run argv inside the client container; returns (rc, output)."""
+        container = self.client.containers.get(self.client_container)
+        wrapped = ['timeout', str(int(timeout)), *argv]
+        rc, out = container.exec_run(wrapped, demux=False)
+        return rc, (out or b'').decode('utf-8', 'replace')
+
+    def curl(self, args, proxy=True, timeout=10):
+        """curl inside the job network. Returns dict(rc, code, connect, headers, body).
+
+        ``code`` is the final HTTP status (squid's own answer for a refused
+        plain request, or the upstream's); ``connect`` is the status of the
+        CONNECT request when one was made (403 when squid refused the tunnel).
+        """
+        argv = ['curl', '-sS', '-k', '--max-time', str(timeout), '-D', '/dev/stderr', '-o', '/tmp/body',
+                '-w', '%{http_code} %{http_connect}']
+        if proxy:
+            argv += ['--proxy', self.proxy_url]
+        else:
+            argv += ['--noproxy', '*']
+        script = '%s %s 2>/tmp/headers; rc=$?; echo; echo "rc=$rc"; echo ---; cat /tmp/headers; echo ---; ' \
+                 'cat /tmp/body 2>/dev/null; rm -f /tmp/body /tmp/headers' % (
+                     ' '.join(shlex.quote(a) for a in argv), ' '.join(shlex.quote(a) for a in args))
+        _rc, out = self.exec_client(['sh', '-c', script], timeout=timeout + 5)
+        first, _, rest = out.partition('\n')
+        rcline, _, rest = rest.partition('\n')
+        _, _, rest = rest.partition('---\n')
+        headers, _, body = rest.partition('---\n')
+        codes = first.split()
+        return dict(rc=int(rcline.split('=', 1)[1]) if rcline.startswith('rc=') else -1,
+                    code=int(codes[0]) if codes and codes[0].isdigit() else 0,
+                    connect=int(codes[1]) if len(codes) > 1 and codes[1].isdigit() else 0,
+                    headers=headers, body=body, raw=out)
+
+    def squid_mgr(self, page):
+        container = self.client.containers.get(self.proxy)
+        rc, out = container.exec_run(['squidclient', '-h', 'localhost', '-p', '3128', '-T', '5', 'mgr:' + page])
+        assert rc == 0, out
+        return out.decode('utf-8', 'replace')
+
+    def fake_ip(self):
+        attrs = self.client.api.inspect_container(self.fake)
+        return attrs['NetworkSettings']['Networks'][self.upstream_net]['IPAddress']
+
+
+def _remove_container(client, name):
+    try:
+        client.api.remove_container(name, force=True)
+    except docker.errors.NotFound:
+        pass
+
+
+def _remove_network(client, name):
+    try:
+        net = client.networks.get(name)
+    except docker.errors.NotFound:
+        return
+    net.reload()
+    for cid in list((net.attrs.get('Containers') or {}).keys()):
+        try:
+            net.disconnect(cid, force=True)
+        except docker.errors.APIError:
+            pass
+    try:
+        net.remove()
+    except docker.errors.NotFound:
+        pass
+
+
+def _wait_fake_ready(client, name, deadline_s=30):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        logs = client.api.logs(name).decode('utf-8', 'replace')
+        if 'fake upstream ready' in logs:
+            return
+        time.sleep(0.5)
+    raise AssertionError('fake upstream %s not ready within %ss:\n%s' % (name, deadline_s, logs))
+
+
+@pytest.fixture(scope='session')
+def engine():
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # the README test command starts the engine; say so
+        pytest.fail('No Docker Engine answers (%s). Run the tests with ./run test, which starts one.' % exc)
+    for image in (TOOLS_IMAGE, PROXY_IMAGE):
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            pytest.fail('Image %s is missing. Build it with: ansible-playbook tests/images/build.yml '
+                        '(./run test does).' % image)
+    return client
+
+
+@pytest.fixture(scope='session')
+def egress_env(engine, tmp_path_factory):
+    client = engine
+    deploy_dir = str(tmp_path_factory.mktemp('deploy') / 'egress')
+    env = EgressEnv(client, deploy_dir)
+    # Leftovers of a killed earlier run of this suite (same suffix) go first.
+    for name in (env.client_container, env.fake, env.proxy):
+        _remove_container(client, name)
+    for name in (env.job_net, env.upstream_net):
+        _remove_network(client, name)
+
+    rc, out, _recap = env.site()
+    if rc != 0:
+        pytest.fail('site.yml failed (rc=%s):\n%s' % (rc, out[-6000:]))
+    env.first_site_output = out
+
+    client.containers.run(
+        TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_upstream.py'], name=env.fake, detach=True,
+        network=env.upstream_net, labels={'io.pi-dispatch.egress.test': 'fake-upstream'})
+    # Aliases: connect again with them (run() cannot set aliases on the first network).
+    net = client.networks.get(env.upstream_net)
+    net.disconnect(env.fake, force=True)
+    net.connect(env.fake, aliases=FAKE_ALIASES)
+    _wait_fake_ready(client, env.fake)
+
+    client.networks.create(env.job_net, driver='bridge', internal=True,
+                           labels={'io.pi-dispatch.egress.test': 'client-net'})
+    client.networks.get(env.job_net).connect(env.proxy)
+    client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=env.client_container, detach=True,
+                          network=env.job_net, labels={'io.pi-dispatch.egress.test': 'client'})
+    try:
+        yield env
+    finally:
+        for name in (env.client_container, env.fake, env.proxy):
+            _remove_container(client, name)
+        for name in (env.job_net, env.upstream_net):
+            _remove_network(client, name)

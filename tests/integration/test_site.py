@@ -1,0 +1,134 @@
+"""site.yml on the real engine: layout, idempotence, the operator's files, bad input."""
+
+import hashlib
+import os
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+FILES = ['egress-allowlist.conf', 'deploy/egress-proxy.conf', 'model-endpoints.json', 'model-endpoints.conf']
+
+
+def _digests(root):
+    out = {}
+    for name in FILES:
+        path = os.path.join(root, name)
+        st = os.stat(path)
+        with open(path, 'rb') as handle:
+            out[name] = (hashlib.sha256(handle.read()).hexdigest(), st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def _started_at(env):
+    return env.client.api.inspect_container(env.proxy)['State']['StartedAt']
+
+
+def test_first_run_laid_out_the_folder_and_said_so(egress_env):
+    for name in FILES:
+        assert os.path.isfile(os.path.join(egress_env.deploy_dir, name)), name
+    out = egress_env.first_site_output
+    assert 'Created: ' in out and 'egress-allowlist.conf' in out
+    with open(os.path.join(egress_env.deploy_dir, 'egress-allowlist.conf')) as handle:
+        text = handle.read()
+    for entry in egress_env.allowlist:
+        assert '\n%s' % entry['host'] in '\n' + text
+    with open(os.path.join(egress_env.deploy_dir, 'model-endpoints.json')) as handle:
+        assert handle.read().replace(' ', '').replace('\n', '') == '{"version":1,"endpoints":[]}'
+
+
+def test_squid_parses_the_deployed_rules_in_the_image(egress_env):
+    container = egress_env.client.containers.get(egress_env.proxy)
+    rc, out = container.exec_run(['squid', '-k', 'parse', '-f', '/etc/squid/squid.conf'])
+    text = out.decode('utf-8', 'replace')
+    assert rc == 0, text
+    assert 'FATAL' not in text and 'ERROR' not in text, text
+
+
+def test_container_shape(egress_env):
+    attrs = egress_env.client.api.inspect_container(egress_env.proxy)
+    host = attrs['HostConfig']
+    assert attrs['State']['Running'] is True
+    assert attrs['State']['Health']['Status'] == 'healthy'
+    assert host['RestartPolicy']['Name'] == 'unless-stopped'
+    assert 'host.docker.internal:host-gateway' in (host.get('ExtraHosts') or [])
+    assert not host.get('PortBindings') and not host.get('PublishAllPorts')
+    assert not attrs['NetworkSettings'].get('Ports', {}).get('3128/tcp')
+    mounts = dict((m['Destination'], m) for m in attrs['Mounts'])
+    want = {
+        '/etc/squid/squid.conf': 'deploy/egress-proxy.conf',
+        '/etc/pi-dispatch/egress-allowlist.conf': 'egress-allowlist.conf',
+        '/etc/pi-dispatch/model-endpoints.conf': 'model-endpoints.conf',
+    }
+    assert set(mounts) == set(want)
+    for dest, rel in want.items():
+        assert mounts[dest]['Source'] == os.path.join(egress_env.deploy_dir, rel)
+        assert mounts[dest]['RW'] is False
+    assert not any('docker.sock' in m['Source'] for m in attrs['Mounts'])
+    nets = attrs['NetworkSettings']['Networks']
+    assert egress_env.upstream_net in nets
+    upstream = egress_env.client.api.inspect_network(egress_env.upstream_net)
+    assert upstream['Internal'] is True
+    labels = egress_env.client.api.inspect_image(attrs['Image'])['Config']['Labels']
+    assert labels['io.pi-dispatch.egress.squid-version'].startswith('6.')
+
+
+def test_second_run_changes_nothing(egress_env):
+    before = _digests(egress_env.deploy_dir)
+    started = _started_at(egress_env)
+    rc, out, recap = egress_env.site()
+    assert rc == 0, out[-4000:]
+    assert recap.get('changed') == 0, out[-4000:]
+    assert _digests(egress_env.deploy_dir) == before
+    assert _started_at(egress_env) == started
+
+
+def test_check_mode_on_a_deployed_host_predicts_no_change(egress_env):
+    rc, out, recap = egress_env.site(check=True)
+    assert rc == 0, out[-4000:]
+    assert recap.get('changed') == 0, out[-4000:]
+
+
+def test_hand_edited_allowlist_is_left_untouched(egress_env):
+    path = os.path.join(egress_env.deploy_dir, 'egress-allowlist.conf')
+    with open(path) as handle:
+        original = handle.read()
+    edited = original + '# added by the operator\nextra.test\n'
+    with open(path, 'w') as handle:  # in place: the proxy mounts this single file
+        handle.write(edited)
+    try:
+        before = _digests(egress_env.deploy_dir)
+        rc, out, recap = egress_env.site()
+        assert rc == 0, out[-4000:]
+        assert recap.get('changed') == 0, out[-4000:]
+        with open(path) as handle:
+            assert handle.read() == edited
+        assert _digests(egress_env.deploy_dir) == before
+        assert 'Left untouched' in out and 'egress-allowlist.conf' in out
+    finally:
+        with open(path, 'w') as handle:
+            handle.write(original)
+
+
+def test_bad_allowlist_is_refused_with_file_and_line_and_proxy_keeps_running(egress_env):
+    path = os.path.join(egress_env.deploy_dir, 'egress-allowlist.conf')
+    with open(path) as handle:
+        original = handle.read()
+    lines = original.splitlines()
+    bad_lineno = len(lines) + 1
+    started = _started_at(egress_env)
+    with open(path, 'w') as handle:
+        handle.write(original + 'https://evil.test/path\n')
+    try:
+        rc, out, _recap = egress_env.site()
+        assert rc != 0
+        assert '%s:%d' % (path, bad_lineno) in out, out[-4000:]
+        assert 'https://evil.test/path' in out
+        attrs = egress_env.client.api.inspect_container(egress_env.proxy)
+        assert attrs['State']['Running'] is True
+        assert attrs['State']['StartedAt'] == started
+    finally:
+        with open(path, 'w') as handle:
+            handle.write(original)
+    r = egress_env.curl(['https://api.provider.test/'])
+    assert r['code'] == 401, r['raw']
