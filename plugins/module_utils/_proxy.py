@@ -158,7 +158,7 @@ def decide(state, obs, diffs):
         actions.append('restart' if running else 'start')
     elif not running:
         actions.append('start')
-    if fresh:
+    if fresh and obs and obs['job_networks']:
         actions.append('reconnect')
     if state == 'reloaded' and not fresh and running:
         actions.append('reconfigure')
