@@ -148,9 +148,13 @@ def apply(deploy_dir, allowlist_entries=None, check_mode=False, dir_mode=0o755, 
     if not check_mode:
         for directory in dirs:
             try:
-                os.mkdir(directory, dir_mode)
+                # Missing parents (e.g. /opt/pi-dispatch) are created too.
+                os.makedirs(directory, dir_mode)
             except FileExistsError:
                 check_existing(directory, 'Folder', True)
+            except OSError as exc:
+                raise DeploymentError('Creating the folder %s failed: %s. Check the parent folder '
+                                      'exists and is writable, or choose another deploy_dir.' % (directory, exc))
         actually_created = []
         for path, content, exists in files:
             if not exists and create_exclusive(path, content, file_mode):

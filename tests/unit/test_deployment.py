@@ -153,3 +153,9 @@ def test_custom_seed_entries(tmp_path):
     _deployment.apply(root, [{'host': 'api.provider.test', 'comment': 'fake'}])
     with open(os.path.join(root, 'egress-allowlist.conf')) as handle:
         assert _allowlist.parse(handle.read()).hosts() == ['api.provider.test']
+
+
+def test_missing_parents_are_created(tmp_path):
+    root = str(tmp_path / 'opt' / 'pi-dispatch' / 'egress')
+    result = _deployment.apply(root)
+    assert len(result['created']) == 4 and os.path.isdir(os.path.join(root, 'deploy'))
