@@ -193,7 +193,8 @@ def build_image(client, tag, containerfile, base_image, extra_files=None, networ
                 network_mode=network_mode, rm=True, forcerm=True, pull=False, timeout=timeout)
         except Exception as exc:
             log = getattr(exc, 'build_log', None) or []
-            text = ''.join(chunk.get('stream', '') or chunk.get('error', '') for chunk in log if isinstance(chunk, dict))
+            text = ''.join(chunk.get('stream', '') or chunk.get('error', '')
+                           for chunk in log if isinstance(chunk, dict))
             raise ImageError('Building %s failed: %s\n%s' % (tag, dc.api_message(exc), text[-3000:]))
         text = ''.join(chunk.get('stream', '') for chunk in logs if isinstance(chunk, dict))
         return image, text
