@@ -190,6 +190,19 @@ def _wait_fake_ready(client, name, deadline_s=30):
     raise AssertionError('fake upstream %s not ready within %ss:\n%s' % (name, deadline_s, logs))
 
 
+def _wait_path_ready(env, tries=20):
+    """Bounded wait (at most ``tries`` curls of 3 s) until the provider answers through the proxy."""
+    last = None
+    for _ in range(tries):
+        last = env.curl(['https://api.provider.test/'], timeout=3)
+        if last['code'] == 401:
+            return
+        time.sleep(1)
+    raise AssertionError('The fake provider did not answer through the proxy after %d tries; last '
+                         'answer:\n%s\nproxy logs:\n%s' % (
+                             tries, last['raw'], env.client.api.logs(env.proxy, tail=30).decode()))
+
+
 @pytest.fixture(scope='session')
 def engine():
     try:
@@ -222,13 +235,15 @@ def egress_env(engine, tmp_path_factory):
         pytest.fail('site.yml failed (rc=%s):\n%s' % (rc, out[-6000:]))
     env.first_site_output = out
 
-    client.containers.run(
+    # The aliases are set when the container is created, on its only network.
+    api = client.api
+    fake = api.create_container(
         TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_upstream.py'], name=env.fake, detach=True,
-        network=env.upstream_net, labels={'io.pi-dispatch.egress.test': 'fake-upstream'})
-    # Aliases: connect again with them (run() cannot set aliases on the first network).
-    net = client.networks.get(env.upstream_net)
-    net.disconnect(env.fake, force=True)
-    net.connect(env.fake, aliases=FAKE_ALIASES)
+        labels={'io.pi-dispatch.egress.test': 'fake-upstream'},
+        host_config=api.create_host_config(network_mode=env.upstream_net),
+        networking_config=api.create_networking_config({
+            env.upstream_net: api.create_endpoint_config(aliases=FAKE_ALIASES)}))
+    api.start(fake['Id'])
     _wait_fake_ready(client, env.fake)
 
     client.networks.create(env.job_net, driver='bridge', internal=True,
@@ -236,6 +251,7 @@ def egress_env(engine, tmp_path_factory):
     client.networks.get(env.job_net).connect(env.proxy)
     client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=env.client_container, detach=True,
                           network=env.job_net, labels={'io.pi-dispatch.egress.test': 'client'})
+    _wait_path_ready(env)
     try:
         yield env
     finally:

@@ -42,13 +42,14 @@ def make_handler(port, scheme):
     return Handler
 
 
-def serve(port, tls, certdir):
+def bind(port, tls, certdir):
+    """Bind the listening socket now, so "ready" is printed only once every port accepts."""
     httpd = ThreadingHTTPServer(('', port), make_handler(port, 'https' if tls else 'http'))
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(os.path.join(certdir, 'cert.pem'), os.path.join(certdir, 'key.pem'))
         httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
-    httpd.serve_forever()
+    return httpd
 
 
 def main():
@@ -63,7 +64,8 @@ def main():
                     '-out', os.path.join(certdir, 'cert.pem')], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     servers = [(p, False) for p in [80, 8080] + args.http] + [(p, True) for p in [443, 8443] + args.https]
-    threads = [threading.Thread(target=serve, args=(p, tls, certdir), daemon=True) for p, tls in servers]
+    bound = [bind(p, tls, certdir) for p, tls in servers]
+    threads = [threading.Thread(target=httpd.serve_forever, daemon=True) for httpd in bound]
     for t in threads:
         t.start()
     print('fake upstream ready on %s' % sorted(p for p, _ in servers), flush=True)
