@@ -188,6 +188,15 @@ class ProxyManager(object):
     def ensure_network(self, internal=False):
         net = dc.get_network(self.client, self.spec['network'])
         if net is not None:
+            is_internal = bool((net.attrs or {}).get('Internal'))
+            if is_internal != bool(internal):
+                self.messages.append(
+                    'network %s already exists and is %s, but network_internal is %s; it is used as it is. '
+                    '%s' % (self.spec['network'], 'internal (no route out)' if is_internal else 'not internal',
+                            bool(internal),
+                            'Jobs will reach nothing: remove the network (docker network rm) after removing '
+                            'the proxy, and rerun.' if is_internal else
+                            'Remove it and rerun if you want an internal upstream.'))
             return False
         self.actions.append('create network %s%s' % (self.spec['network'], ' (internal)' if internal else ''))
         if not self.check_mode:

@@ -269,6 +269,9 @@ def main():
             result['container'] = obs
     except (_proxy.ProxyError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **result)
+    for message in manager.messages:
+        if 'already exists and is' in message:
+            module.warn(message)
     module.exit_json(**result)
 
 
