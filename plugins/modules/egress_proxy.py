@@ -265,7 +265,7 @@ def main():
             result['container'] = dict((k, obs_after[k]) for k in (
                 'id', 'name', 'status', 'health', 'networks', 'job_networks', 'mounts', 'published_ports',
                 'image_id', 'restart_policy', 'extra_hosts'))
-        elif obs:
+        elif obs and p['state'] != 'absent':
             result['container'] = obs
     except (_proxy.ProxyError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **result)

@@ -1,7 +1,7 @@
 """Make ``ansible_collections.pi_dispatch.egress`` importable from this checkout.
 
-Unit tests import the collection's module_utils directly (pure logic, no
-Ansible process). The checkout is exposed under a temporary
+Unit and integration tests import the collection's module_utils directly
+(no Ansible process). The checkout is exposed under a temporary
 ``ansible_collections/pi_dispatch/egress`` symlink so the same import paths
 that modules use work here, whatever the checkout's directory is called.
 """
@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _expose_collection():

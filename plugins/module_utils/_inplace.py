@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""Write a file in place: same inode, never a rename.
+
+A file the running proxy reads through a single-file bind mount must keep
+its inode: the mount pins the inode, so a file replaced by rename (what an
+atomic write or an editor's save does) leaves squid reading the old one
+for as long as the container lives. So :func:`write_in_place` opens the
+existing file, truncates it, writes, and fsyncs.
+
+It refuses a missing file (it never creates one: the deployment layout
+does, before the proxy mounts it), a symlink, a directory or anything that
+is not a regular file, and a file with other hard links (writing it would
+change the other names too). Should the write fail half-way, it writes the
+caller's ``fallback`` (for the endpoints include: the header alone, which
+squid accepts) so that a reload never reads a partial file.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import os
+import stat
+
+
+class InPlaceError(Exception):
+    """The file was refused or the write failed; the message says what to do."""
+
+    def __init__(self, message, fallback_written=False):
+        super(InPlaceError, self).__init__(message)
+        self.fallback_written = fallback_written
+
+
+def _to_bytes(content):
+    if isinstance(content, bytes):
+        return content
+    return content.encode('utf-8')
+
+
+def check_target(path):
+    """lstat ``path`` and refuse anything but a single-linked regular file. Returns the stat."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise InPlaceError('%s does not exist. It is written in place and never created here: lay out the '
+                           'deployment folder first (pi_dispatch.egress.egress_deployment), which creates '
+                           'it before the proxy mounts it.' % path)
+    except OSError as exc:
+        raise InPlaceError('Cannot inspect %s: %s' % (path, exc))
+    if stat.S_ISLNK(st.st_mode):
+        raise InPlaceError('%s is a symlink (to %s). The proxy mounts this file as a single file and it is '
+                           'written in place, so a symlink is refused rather than followed: replace it with '
+                           'the real file, then recreate the proxy.' % (path, os.readlink(path)))
+    if stat.S_ISDIR(st.st_mode):
+        raise InPlaceError('%s is a directory, not the file the proxy mounts. Move it away, lay out the '
+                           'deployment folder again, then recreate the proxy.' % path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InPlaceError('%s is not a regular file. Move it away, lay out the deployment folder again, '
+                           'then recreate the proxy.' % path)
+    if st.st_nlink > 1:
+        raise InPlaceError('%s has %d hard links; writing it in place would change every other name too. '
+                           'Remove the other links (find / -samefile %s), or copy the file to a fresh one '
+                           'and recreate the proxy.' % (path, st.st_nlink, path))
+    return st
+
+
+def read(path):
+    """Current bytes of ``path`` after the same refusals as a write."""
+    check_target(path)
+    with open(path, 'rb') as handle:
+        return handle.read()
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # pragma: no cover - os.write raises rather than returning 0 on a regular file
+            raise OSError(errno.EIO, 'short write')
+        view = view[written:]
+
+
+def _replace_content(fd, data):
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    _write_all(fd, data)
+    os.fsync(fd)
+
+
+def write_in_place(path, content, fallback=None):
+    """Replace the content of ``path`` keeping its inode. Returns a result dict.
+
+    ``fallback`` (str or bytes; default empty) is written instead when the
+    write of ``content`` fails, so the file is never left partial. The
+    returned dict has ``path``, ``inode``, ``size`` and ``changed`` (False
+    when the content was already the same and nothing was written).
+    Raises :class:`InPlaceError`.
+    """
+    data = _to_bytes(content)
+    fallback_data = _to_bytes(fallback if fallback is not None else b'')
+    st = check_target(path)
+    flags = os.O_RDWR | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InPlaceError('%s became a symlink while being written; refused.' % path)
+        raise InPlaceError('Cannot open %s for writing: %s. Run as an account that may write it '
+                           '(become: true).' % (path, exc))
+    try:
+        fst = os.fstat(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode) \
+                or fst.st_nlink > 1:
+            raise InPlaceError('%s changed while being opened (another writer?); nothing was written. '
+                               'Run again.' % path)
+        current = _read_fd(fd)
+        if current == data:
+            return dict(path=path, inode=fst.st_ino, size=len(data), changed=False)
+        try:
+            _replace_content(fd, data)
+        except OSError as exc:
+            try:
+                _replace_content(fd, fallback_data)
+            except OSError as exc2:
+                raise InPlaceError('Writing %s failed (%s), and so did writing the empty fallback (%s): the '
+                                   'file may be partial. Free the disk or fix the error, render again, and '
+                                   'do not reload the proxy until then.' % (path, exc, exc2))
+            raise InPlaceError('Writing %s failed (%s). It now holds the empty fallback (nothing declared), '
+                               'not a partial file. Fix the error and render again.' % (path, exc),
+                               fallback_written=True)
+        after = os.fstat(fd)
+        return dict(path=path, inode=after.st_ino, size=len(data), changed=True)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b''.join(chunks)

@@ -1,0 +1,292 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: model_endpoints
+short_description: Render the declared model endpoints into the proxy's include and reload it
+version_added: 0.1.0
+description:
+  - Reads and validates C(model-endpoints.json) (the declaration), renders the squid include
+    C(model-endpoints.conf) from it, writes that file B(in place) when its content differs, and then
+    reloads the running proxy with C(squid -k reconfigure). The proxy is never restarted (a restart
+    cuts every running job; a reconfigure keeps them and their tunnels).
+  - The declaration is refused, never repaired. Every refusal names the endpoint (index and id), the key,
+    the value, the rule and the fix, and nothing on disk or in the daemon changes. See
+    C(docs/model-endpoints.md) for the contract.
+  - The include is written in place (open, truncate, write, fsync; the inode never changes) because the
+    proxy mounts it as a single file and a file replaced by rename would leave squid reading the old one.
+    A missing include, a symlink, a directory or a file with other hard links is refused. A failed write
+    leaves the empty include (header only), never a partial one.
+  - Before the reload the proxy parses its rules with the new include (C(squid -k parse)); when squid
+    refuses them the previous include is written back and nothing is reloaded.
+  - A proxy that does not exist or is not running is not reloaded; the file is still written (the proxy
+    reads it when it starts) and a warning says so.
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Validates and renders, reports whether the include would change and whether a reload would
+      run, and writes nothing and reloads nothing.
+  diff_mode:
+    support: full
+    description: Shows the include before and after; the after header says whether a reload follows.
+options:
+  deploy_dir:
+    description: The deployment folder holding C(model-endpoints.json) and C(model-endpoints.conf).
+    type: path
+    default: /opt/pi-dispatch/egress
+  declaration:
+    description:
+      - The declaration file. Unset means C(<deploy_dir>/model-endpoints.json), and a missing default file
+        means nothing is declared. A file named here must exist.
+      - The include is always C(<deploy_dir>/model-endpoints.conf), wherever the declaration lives.
+    type: path
+    aliases: [endpoints_file]
+  proxy_name:
+    description: The proxy container to reload.
+    type: str
+    default: pi-dispatch-egress-proxy
+  reload:
+    description: Reload the proxy (C(squid -k reconfigure)) when the include changed.
+    type: bool
+    default: true
+  docker_host:
+    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds an API call may take.
+    type: int
+    default: 60
+requirements:
+  - Docker SDK for Python >= 7.0 (only to reload)
+seealso:
+  - module: pi_dispatch.egress.egress_proxy
+  - module: pi_dispatch.egress.egress_deployment
+'''
+
+EXAMPLES = r'''
+- name: Render model-endpoints.json and reload the proxy when the include changed
+  pi_dispatch.egress.model_endpoints:
+    deploy_dir: /opt/pi-dispatch/egress
+
+- name: Render from a declaration kept elsewhere, without reloading
+  pi_dispatch.egress.model_endpoints:
+    deploy_dir: /opt/pi-dispatch/egress
+    declaration: /etc/pi-dispatch/model-endpoints.json
+    reload: false
+
+- name: Show what would change (run with --check --diff)
+  pi_dispatch.egress.model_endpoints:
+    deploy_dir: /opt/pi-dispatch/egress
+  check_mode: true
+  diff: true
+'''
+
+RETURN = r'''
+endpoints:
+  description: The declared endpoints, sorted by id, hosts in canonical form.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{id: mac-ollama, host: host.docker.internal, port: 11434, slots: 2, keyless: true,
+            kind: name, address: "host.docker.internal:11434"}]
+declaration:
+  description: The declaration file read, and whether it exists (a missing default file declares nothing).
+  returned: always
+  type: dict
+  sample: {path: /opt/pi-dispatch/egress/model-endpoints.json, exists: true}
+include:
+  description: Path of the rendered include (written in place).
+  returned: always
+  type: str
+  sample: /opt/pi-dispatch/egress/model-endpoints.conf
+include_changed:
+  description: Whether the include's content differs from the render (and, outside check mode, was written).
+  returned: always
+  type: bool
+inode:
+  description: The include's inode (unchanged by a write).
+  returned: always
+  type: int
+reloaded:
+  description: Whether the proxy was reloaded (in check mode, whether it would be).
+  returned: always
+  type: bool
+reload_skipped:
+  description: Why no reload ran although the include changed (reload disabled, proxy missing or not running).
+  returned: always
+  type: str
+  sample: proxy pi-dispatch-egress-proxy is not running (exited)
+actions:
+  description: The actions taken (or, in check mode, that would be taken), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [write /opt/pi-dispatch/egress/model-endpoints.conf, squid -k parse, squid -k reconfigure]
+problems:
+  description: On a refused declaration, every problem (path, index, id, key, value, rule, fix, message).
+  returned: failure
+  type: list
+  elements: dict
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _inplace
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+
+PARSE_CMD = ['squid', '-k', 'parse', '-f', _rules.CONTAINER_RULES]
+RECONFIGURE_CMD = ['squid', '-k', 'reconfigure', '-f', _rules.CONTAINER_RULES]
+
+
+def _tail(text, lines=15):
+    return '\n'.join(text.strip().splitlines()[-lines:])
+
+
+def _mount_warning(container, include):
+    """A warning when the proxy does not mount this include, or mounts another file."""
+    mounts = (container.attrs or {}).get('Mounts') or []
+    for mount in mounts:
+        if mount.get('Destination') == _rules.CONTAINER_ENDPOINTS:
+            source = mount.get('Source') or ''
+            if os.path.realpath(source) != os.path.realpath(include):
+                return ('The proxy mounts %s as its model-endpoints include, not %s; the reload does not read '
+                        'what was rendered here. Point deploy_dir at the proxy\'s folder, or recreate the proxy '
+                        '(pi_dispatch.egress.egress_proxy).' % (source, include))
+            return None
+    return ('The proxy does not mount %s (a proxy made before model endpoints existed), so the endpoints stay '
+            'unreachable until it is recreated with the third mount (pi_dispatch.egress.egress_proxy).'
+            % _rules.CONTAINER_ENDPOINTS)
+
+
+def main():
+    argument_spec = dict(
+        deploy_dir=dict(type='path', default='/opt/pi-dispatch/egress'),
+        declaration=dict(type='path', aliases=['endpoints_file']),
+        proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
+        reload=dict(type='bool', default=True),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    deploy_dir = os.path.normpath(p['deploy_dir'])
+    include = _endpoints.include_path(deploy_dir)
+    result = dict(changed=False, endpoints=[], declaration=dict(path=None, exists=False), include=include,
+                  include_changed=False, inode=None, reloaded=False, reload_skipped='', actions=[])
+
+    # 1. declare: read and validate (refuse, never repair).
+    try:
+        endpoints, decl_path, exists = _endpoints.load(deploy_dir, p['declaration'])
+    except _endpoints.EndpointsError as exc:
+        module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
+    result['endpoints'] = _endpoints.summary(endpoints)
+    result['declaration'] = dict(path=decl_path, exists=exists)
+
+    # 2. render, and compare with the file the proxy mounts.
+    new_text = _endpoints.render_include(endpoints)
+    empty_text = _endpoints.render_include([])
+    try:
+        st = _inplace.check_target(include)
+        current = _inplace.read(include)
+    except _inplace.InPlaceError as exc:
+        module.fail_json(msg=str(exc), **result)
+    except OSError as exc:
+        module.fail_json(msg='Cannot read %s: %s' % (include, exc), **result)
+    result['inode'] = st.st_ino
+    changed = current != new_text.encode('utf-8')
+    result['include_changed'] = changed
+    result['changed'] = changed
+
+    # 3. decide the reload before anything is written.
+    container = None
+    warnings = []
+    if changed and not p['reload']:
+        result['reload_skipped'] = 'reload is false'
+    elif changed:
+        if dc.docker is None:
+            module.fail_json(msg=missing_required_lib('docker') + ' (needed to reload the proxy; set reload: '
+                             'false to only render)', exception=dc.DOCKER_IMPORT_ERROR, **result)
+        try:
+            client = dc.connect(p['docker_host'], p['docker_timeout'])
+            container = dc.get_container(client, p['proxy_name'])
+        except dc.EngineError as exc:
+            module.fail_json(msg='%s Nothing was written.' % exc, retryable=exc.retryable, **result)
+        if container is None:
+            result['reload_skipped'] = 'proxy %s does not exist' % p['proxy_name']
+        elif container.status != 'running':
+            result['reload_skipped'] = 'proxy %s is not running (%s)' % (p['proxy_name'], container.status)
+            container = None
+        if result['reload_skipped']:
+            warnings.append('Reload skipped: %s. The include is %s; the proxy reads it when it starts.'
+                            % (result['reload_skipped'], 'rendered' if not module.check_mode else
+                               'what would be rendered'))
+        elif container is not None:
+            mount_warning = _mount_warning(container, include)
+            if mount_warning:
+                warnings.append(mount_warning)
+
+    if module._diff:
+        after_header = include
+        if changed:
+            after_header += (' (then squid -k reconfigure in %s)' % p['proxy_name'] if container is not None
+                             else ' (no reload: %s)' % result['reload_skipped'])
+        result['diff'] = dict(before=current.decode('utf-8', 'replace'), after=new_text,
+                              before_header=include, after_header=after_header)
+
+    # 4. write in place, then parse and reconfigure.
+    if changed:
+        result['actions'].append('write %s' % include)
+    if changed and container is not None:
+        result['actions'] += [' '.join(PARSE_CMD[:3]), ' '.join(RECONFIGURE_CMD[:3])]
+        result['reloaded'] = True
+    if changed and not module.check_mode:
+        try:
+            written = _inplace.write_in_place(include, new_text, fallback=empty_text)
+        except _inplace.InPlaceError as exc:
+            result['reloaded'] = False
+            module.fail_json(msg=str(exc), **result)
+        result['inode'] = written['inode']
+        if container is not None:
+            try:
+                rc, out = dc.exec_in(container, PARSE_CMD)
+                if rc != 0:
+                    restore = current
+                    try:
+                        _inplace.write_in_place(include, restore, fallback=empty_text)
+                        put_back = 'The previous include was written back'
+                    except _inplace.InPlaceError as exc:
+                        put_back = 'Writing the previous include back failed too (%s)' % exc
+                    result['reloaded'] = False
+                    module.fail_json(msg='squid refused its rules with the new include (squid -k parse exited '
+                                         '%s), so the proxy was not reloaded. %s. squid said:\n%s'
+                                         % (rc, put_back, _tail(out)), **result)
+                rc, out = dc.exec_in(container, RECONFIGURE_CMD)
+                if rc != 0:
+                    result['reloaded'] = False
+                    module.fail_json(msg='squid -k reconfigure in %s exited %s: %s. The include is written; '
+                                         'run the reload again (docker exec %s squid -k reconfigure).'
+                                         % (p['proxy_name'], rc, _tail(out), p['proxy_name']), **result)
+            except dc.EngineError as exc:
+                result['reloaded'] = False
+                module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k '
+                                     'reconfigure.' % (exc, p['proxy_name']), **result)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
