@@ -1,0 +1,260 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_rules
+short_description: Compare and, when asked, refresh the egress proxy rules with a backup
+version_added: 0.1.0
+description:
+  - Compares the deployment folder's C(deploy/egress-proxy.conf) with the collection's
+    packaged copy and reports whether they differ (a unified diff in diff mode, naming both files).
+  - With I(refresh=true) and a difference, keeps the current file as
+    C(deploy/egress-proxy.conf.bak-YYYYMMDDTHHMMSSZ) (UTC; an existing backup is never
+    overwritten, a taken name gets C(.1), C(.2) ... appended), writes the packaged copy to a
+    temporary file beside it, fsyncs it and renames it into place, and returns the backup path.
+  - Refreshing is never implicit. Without I(refresh), a differing copy is a warning only
+    (it still enforces the allowlist, and the difference may be the operator's own edit).
+  - Refuses when C(deploy/) or C(deploy/egress-proxy.conf) is a symlink, or when the file is
+    not a regular file; nothing is written.
+  - With I(proxy_name), also inspects that proxy container (read-only) and returns the
+    C(decision) of what must follow (restart, unpause and restart, start, create, or the
+    replacement of a two-mount proxy made before model endpoints). A refresh that needs a
+    consent it was not given (to replace a two-mount proxy, or to cut attached jobs) fails
+    and writes nothing. The module never changes the container; M(pi_dispatch.egress.egress_proxy) does.
+  - With I(restore_from), puts that backup back as the rules file (the rollback).
+  - The proxy mounts the rules as a single file, so a running squid does not see the renamed
+    file until the container is restarted or recreated.
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Reports the difference, the decision and the backup it would make; writes nothing.
+  diff_mode:
+    support: full
+    description: Shows the unified diff between the folder's rules and the packaged copy (or the backup restored).
+options:
+  deploy_dir:
+    description: Absolute path of the deployment folder.
+    type: path
+    required: true
+  refresh:
+    description:
+      - Replace a differing C(deploy/egress-proxy.conf) with the packaged copy, keeping a backup.
+      - When false, a difference is reported as a warning and nothing is written.
+    type: bool
+    default: false
+  source:
+    description:
+      - Compare with and refresh from this file instead of the collection's packaged copy
+        (a staged rules file; the tests use it for a rules file squid refuses).
+    type: path
+  restore_from:
+    description:
+      - Put this backup (a C(egress-proxy.conf.bak-*) file beside the rules) back as the rules
+        file. Excludes I(refresh).
+    type: path
+  proxy_name:
+    description: Inspect this proxy container and return the decision of what follows the refresh.
+    type: str
+  allow_cut_jobs:
+    description: Consent to restart or replace a proxy that has job networks attached (cuts their tunnels).
+    type: bool
+    default: false
+  allow_replace:
+    description: Consent to replace a two-mount proxy (made before model endpoints) together with the refresh.
+    type: bool
+    default: false
+  docker_host:
+    description: The daemon to talk to when I(proxy_name) is set; default the local one (or C(DOCKER_HOST)).
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds an API call may take.
+    type: int
+    default: 60
+seealso:
+  - module: pi_dispatch.egress.egress_proxy
+  - module: pi_dispatch.egress.egress_deployment
+notes:
+  - The decision table is documented in docs/upgrade.md.
+'''
+
+EXAMPLES = r'''
+- name: Does the folder's rules file differ from the packaged copy?
+  pi_dispatch.egress.egress_rules:
+    deploy_dir: /opt/pi-dispatch/egress
+
+- name: Refresh it (with a backup) and learn what the proxy needs
+  pi_dispatch.egress.egress_rules:
+    deploy_dir: /opt/pi-dispatch/egress
+    refresh: true
+    proxy_name: pi-dispatch-egress-proxy
+  register: rules
+
+- name: Roll back
+  pi_dispatch.egress.egress_rules:
+    deploy_dir: /opt/pi-dispatch/egress
+    restore_from: "{{ rules.backup }}"
+'''
+
+RETURN = r'''
+differs:
+  description: The folder's rules differ from the packaged copy (before this run).
+  returned: always
+  type: bool
+path:
+  description: The rules file.
+  returned: always
+  type: str
+packaged:
+  description: Names the packaged copy compared with.
+  returned: always
+  type: str
+backup:
+  description: The backup made (in check mode, the one it would make); null when none.
+  returned: always
+  type: str
+  sample: /opt/pi-dispatch/egress/deploy/egress-proxy.conf.bak-20261203T082000Z
+refreshed:
+  description: The rules file was (or in check mode would be) replaced by the packaged copy.
+  returned: always
+  type: bool
+restored:
+  description: The backup was (or would be) put back (only with I(restore_from)).
+  returned: always
+  type: bool
+decision:
+  description: What follows, when I(proxy_name) is set (see docs/upgrade.md for the table).
+  returned: when proxy_name is set
+  type: dict
+  contains:
+    action:
+      description: e.g. none, warn-differs, refresh+restart, refresh+unpause+restart, refresh+start,
+        create, refresh+create, refresh+replace, replace, refuse-needs-consent.
+      type: str
+    proxy_state:
+      description: The egress_proxy state to ask for afterwards; null to leave the proxy alone.
+      type: str
+    proxy_step:
+      description: restart, unpause+restart, start, create, replace or null.
+      type: str
+    jobs_cut:
+      description: How many attached jobs the proxy step cuts (or would have cut, when refused).
+      type: int
+    mount_endpoints_before:
+      description: The proxy mounted model-endpoints.conf before (false for the two-mount shape).
+      type: bool
+    proxy_before:
+      description: running, paused, stopped or missing.
+      type: str
+    message:
+      description: The decision in words.
+      type: str
+'''
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _refresh
+
+
+def _decision(module, p, compared):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+    try:
+        client = dc.connect(p['docker_host'], p['docker_timeout'])
+        container = dc.get_container(client, p['proxy_name'])
+    except dc.EngineError as exc:
+        module.fail_json(msg=str(exc), retryable=exc.retryable)
+    obs = _proxy.observed(container.attrs) if container else None
+    if obs and not _proxy.is_ours(obs):
+        module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy; nothing was '
+                             'written. Rename or remove it, or choose another proxy_name.' % p['proxy_name'])
+    state, two_mount, jobs = _refresh.proxy_facts(obs)
+    decision = _refresh.decide(state, two_mount, compared['differs'], p['refresh'], jobs=jobs,
+                               allow_cut_jobs=p['allow_cut_jobs'], allow_replace=p['allow_replace'],
+                               current_includes_endpoints=compared['current_includes_endpoints'])
+    decision['proxy_before'] = state
+    decision['job_networks'] = obs['job_networks'] if obs else []
+    return decision
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            deploy_dir=dict(type='path', required=True),
+            refresh=dict(type='bool', default=False),
+            source=dict(type='path'),
+            restore_from=dict(type='path'),
+            proxy_name=dict(type='str'),
+            allow_cut_jobs=dict(type='bool', default=False),
+            allow_replace=dict(type='bool', default=False),
+            docker_host=dict(type='str', default=None, aliases=['docker_url']),
+            docker_timeout=dict(type='int', default=60),
+        ),
+        mutually_exclusive=[('refresh', 'restore_from')],
+        supports_check_mode=True,
+    )
+    p = module.params
+    result = dict(changed=False, differs=False, backup=None, refreshed=False, restored=False,
+                  path=None, packaged=_refresh.PACKAGED_NAME)
+    try:
+        if p['restore_from']:
+            restored = _refresh.restore(p['deploy_dir'], p['restore_from'], check_mode=module.check_mode)
+            result.update(changed=restored['changed'], restored=restored['changed'], path=restored['path'],
+                          backup=restored['backup'])
+            if module._diff and restored['changed']:
+                result['diff'] = dict(before_header=restored['path'], after_header=restored['backup'],
+                                      prepared=restored['diff'])
+            module.exit_json(**result)
+
+        packaged, packaged_name = None, _refresh.PACKAGED_NAME
+        if p['source']:
+            if os.path.islink(p['source']) or not os.path.isfile(p['source']):
+                module.fail_json(msg='source %s is missing, a symlink or not a regular file.' % p['source'])
+            with open(p['source'], 'r') as handle:
+                packaged = handle.read()
+            packaged_name = p['source']
+        compared = _refresh.plan_refresh(p['deploy_dir'], packaged, packaged_name=packaged_name)
+        result.update(differs=compared['differs'], path=compared['path'], packaged=packaged_name)
+        decision = _decision(module, p, compared) if p['proxy_name'] else None
+        if decision is not None:
+            result['decision'] = decision
+        if module._diff and compared['differs']:
+            result['diff'] = dict(before_header=compared['path'], after_header=packaged_name,
+                                  prepared=compared['diff'])
+        if decision is not None and decision['refuse']:
+            module.fail_json(msg=decision['message'], **result)
+        write = compared['differs'] and p['refresh']
+        if not write:
+            if compared['differs']:
+                module.warn('%s differs from the packaged copy (%s); it still enforces the allowlist, and the '
+                            'difference may be your own edit. Review the diff (--diff) and refresh with '
+                            'refresh=true (egress_upgrade_refresh_rules=true in playbooks/upgrade.yml); a backup '
+                            'is kept.' % (compared['path'], packaged_name))
+            module.exit_json(**result)
+        if module.check_mode:
+            result.update(changed=True, refreshed=True, backup=compared['backup'])
+            module.exit_json(**result)
+        done = _refresh.refresh(p['deploy_dir'], packaged, packaged_name=packaged_name)
+        result.update(changed=done['changed'], refreshed=done['changed'], backup=done['backup'])
+    except _refresh.RefreshError as exc:
+        module.fail_json(msg=str(exc), **result)
+    except (OSError, IOError) as exc:
+        module.fail_json(msg='Reading or writing the rules failed: %s' % exc, exception=traceback.format_exc(),
+                         **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
