@@ -40,6 +40,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client 
     EngineError,
     EngineUnavailable,
     api_message,
+    docker_errors,
     get_container,
 )
 
@@ -73,7 +74,7 @@ LABEL_OWNER_HOST = LABEL_PREFIX + 'owner-host'
 NO_PROXY = 'localhost,127.0.0.1,::1'
 
 JOB_ID_MAX = 64
-_JOB_ID_RE = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?$')
+_JOB_ID_RE = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?\Z')  # \Z: '$' admits a trailing newline
 
 # How many times create re-reads the taken subnets when another creator won
 # the race for the one it picked (the daemon refuses overlapping pools).
@@ -116,6 +117,20 @@ def validate_job_id(job_id, key='job_id'):
             "container %s<id>). For example 'job-1234'."
             % (key, job_id, JOB_ID_MAX, NETWORK_PREFIX, NETWORK_SUFFIX, CONTAINER_PREFIX))
     return job_id
+
+
+_ID_PREFIX_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_-]*\Z')
+
+
+def validate_id_prefix(id_prefix, key='id_prefix'):
+    """An id prefix ('' for none) may end in '-' or '_' ('it5-'); else as a job id."""
+    if id_prefix in (None, ''):
+        return ''
+    if not isinstance(id_prefix, str) or len(id_prefix) > JOB_ID_MAX or not _ID_PREFIX_RE.match(id_prefix):
+        raise JobNetError(
+            "%s %r is refused: use letters, digits, '-' and '_', starting with a letter or a digit, "
+            "at most %d characters (for example 'it5-')." % (key, id_prefix, JOB_ID_MAX))
+    return id_prefix
 
 
 def network_name(job_id):
@@ -392,6 +407,19 @@ def _is_not_found(exc):
 
 
 def _connection_failed(exc):
+    """True when the daemon gave no answer at all (nothing was decided).
+
+    docker.errors.APIError derives from requests' HTTPError, which derives
+    from IOError/OSError, so an OSError test alone would call every refusal
+    the daemon DID answer ("pool overlaps", "already exists", 404) a
+    connection failure. An exception carrying an HTTP response is an answer.
+    """
+    if isinstance(exc, EngineError):
+        return isinstance(exc, EngineUnavailable)
+    if docker_errors is not None and isinstance(exc, docker_errors.APIError):
+        return False
+    if getattr(exc, 'response', None) is not None:
+        return False
     name = type(exc).__name__
     return name in ('ConnectionError', 'ReadTimeout', 'ConnectTimeout', 'Timeout') or isinstance(exc, OSError)
 
@@ -646,14 +674,24 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
     problem = _ownership_problem(attrs, job_id)
     if problem:
         raise EngineError("Network %s is not this job's: %s. Nothing was changed." % (name, problem))
-    others = sorted((c or {}).get('Name') or cid[:12] for cid, c in (attrs.get('Containers') or {}).items()
-                    if (c or {}).get('Name') != proxy_name)
+    # A stopped or created container is configured on the network without an
+    # active endpoint (so it is not in the inspect's Containers); removing the
+    # network would leave it unable to start. One filtered listing finds both.
+    try:
+        configured = client.api.containers(all=True, filters={'network': attrs['Id']})
+    except Exception as exc:
+        raise _engine_error('Listing the containers on %s failed' % name, exc)
+    listed = dict((_container_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
+    for cid, endpoint in (attrs.get('Containers') or {}).items():
+        listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'endpoint')
+    others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if n != proxy_name)
     if others:
+        first = others[0].split(' ')[0]
         raise EngineError(
-            "Network %s still has %s running on it. Nothing was changed. Stop and remove the job "
+            "Network %s still has %s on it. Nothing was changed. Stop and remove the job "
             "container first (docker stop %s && docker rm %s), then tear the network down."
-            % (name, ', '.join(others), others[0], others[0]))
-    actions = ['detach %s' % proxy_name, 'remove %s' % name]
+            % (name, ', '.join(others), first, first))
+    actions = (['detach %s' % proxy_name] if _proxy_on(attrs, proxy_name) else []) + ['remove %s' % name]
     if check_mode:
         return dict(changed=True, network=name, actions=actions)
     net_id = attrs['Id']
@@ -813,6 +851,28 @@ def members_of(net_attrs, containers):
     return sorted(out, key=lambda m: m['name'])
 
 
+def _resolve_missing(client, members):
+    """Re-read an active endpoint the container listing did not show.
+
+    The containers are listed once, before the networks are inspected, so a
+    job container started in between shows up only as an endpoint. Treating
+    it as stale would detach a live job: ask the daemon about that one
+    container instead (an extra inspect only in that rare case).
+    """
+    out = []
+    for member in members:
+        if member.get('state') == MISSING:
+            try:
+                info = client.api.inspect_container(member['name'])
+                state = ((info.get('State') or {}).get('Status') or 'unknown').lower()
+                member = dict(name=(info.get('Name') or member['name']).lstrip('/'), state=state)
+            except Exception as exc:
+                if not _is_not_found(exc):
+                    member = dict(member, state='unknown')
+        out.append(member)
+    return out
+
+
 def network_created(net_attrs):
     labels = net_attrs.get('Labels') or {}
     created = parse_time(labels.get(LABEL_CREATED))
@@ -831,8 +891,7 @@ def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, 
     would be), kept (a fixed reason from KEEP_REASONS and the members), or
     failed (the step and the daemon's message).
     """
-    if id_prefix:
-        validate_job_id(id_prefix, key='id_prefix')
+    validate_id_prefix(id_prefix)
     try:
         min_age = int(min_age or 0)
     except (TypeError, ValueError):
@@ -865,7 +924,7 @@ def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, 
                                          message=str(_engine_error('docker network inspect %s' % name, exc)),
                                          done=[]))
             continue
-        members = members_of(attrs, containers)
+        members = _resolve_missing(client, members_of(attrs, containers))
         decision = decide_sweep(name, attrs.get('Labels'), network_created(attrs), members, now, min_age,
                                 proxy_name, remove_exited_jobs, id_prefix)
         if decision.action is None:
@@ -986,3 +1045,41 @@ def preflight(client, proxy_name=PROXY_NAME, enabled=True):
         return verdict_for_state(None, proxy_name)
     state = ((container.attrs or {}).get('State') or {}).get('Status') or getattr(container, 'status', None)
     return verdict_for_state((state or 'unknown').lower(), proxy_name)
+
+
+# --------------------------------------------------------------------------
+# Reporting and clients for the adapters
+# --------------------------------------------------------------------------
+
+def sweep_lines(result, check_mode=False):
+    """One line per network of a :func:`sweep` result (removed, kept, failed)."""
+    verb = 'would remove' if check_mode else 'removed'
+    lines = []
+    for entry in result.get('removed', []):
+        extra = []
+        if entry.get('removed_containers'):
+            extra.append('removing %s' % ', '.join(entry['removed_containers']))
+        if entry.get('detached'):
+            extra.append('detaching %s' % ', '.join(entry['detached']))
+        lines.append('%s %s%s' % (verb, entry['network'], ' (after %s)' % ' and '.join(extra) if extra else ''))
+    for entry in result.get('kept', []):
+        lines.append('kept %s: %s (%s)' % (entry['network'], entry['reason'],
+                                           KEEP_REASONS.get(entry['reason'], entry['reason'])))
+    for entry in result.get('failed', []):
+        lines.append('failed %s at %s: %s' % (entry['network'], entry['step'], entry['message']))
+    return lines
+
+
+def lazy_client(docker_host=None, timeout=60):
+    """A zero-argument callable building a DockerClient without a ping.
+
+    For :func:`preflight`: the only call that must reach the daemon is the
+    one inspect. (The SDK still asks the daemon's API version once while it
+    builds the client; a runner that keeps one client pays that once.)
+    """
+    def build():
+        import docker
+        if docker_host:
+            return docker.DockerClient(base_url=docker_host, timeout=timeout)
+        return docker.from_env(timeout=timeout)
+    return build

@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_preflight
+short_description: Decide, before a job spends anything, whether the egress proxy can carry it
+version_added: 0.1.0
+description:
+  - Returns the seed's pre-spend verdict from one container inspect of the egress proxy.
+  - C(admit) when the proxy is running; C(egress-proxy-stopped) when it is paused, exited, dead,
+    created (or restarting); C(egress-proxy-missing) when there is no such container while the
+    daemon answers; C(engine-unavailable) with C(retryable=true) when the daemon itself does not
+    answer, so nothing was decided and the job should be retried later, not refused.
+  - With I(enabled=false) (the egress policy off) the verdict is C(admit) and the daemon is not touched.
+  - What this proves is the structure (the proxy is up), not the allowlist's contents.
+  - Never changes anything.
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+options:
+  enabled:
+    description: Whether the egress policy is on. When C(false) the job is admitted without asking the daemon.
+    type: bool
+    default: true
+  proxy_name:
+    description: The egress proxy container.
+    type: str
+    default: pi-dispatch-egress-proxy
+  fail_on_refusal:
+    description: Fail the task unless the verdict is C(admit) (the verdict is returned either way).
+    type: bool
+    default: false
+  docker_host:
+    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds the inspect may take.
+    type: int
+    default: 60
+requirements:
+  - Docker SDK for Python >= 7.0 (only when I(enabled=true))
+seealso:
+  - module: pi_dispatch.egress.job_network
+'''
+
+EXAMPLES = r'''
+- name: Refuse the job before it spends when the proxy is down
+  pi_dispatch.egress.egress_preflight:
+  register: preflight
+
+- name: Retry later when the daemon did not answer
+  ansible.builtin.fail:
+    msg: "{{ preflight.message }}"
+  when: not preflight.admitted
+'''
+
+RETURN = r'''
+verdict:
+  description: One of admit, egress-proxy-stopped, egress-proxy-missing, engine-unavailable.
+  returned: always
+  type: str
+  sample: admit
+admitted:
+  description: Whether the verdict is admit.
+  returned: always
+  type: bool
+retryable:
+  description: True only for engine-unavailable (nothing was decided).
+  returned: always
+  type: bool
+state:
+  description: The proxy's docker state (null when missing, unknown, or the policy is off).
+  returned: always
+  type: str
+  sample: running
+message:
+  description: What the verdict means and what to do.
+  returned: always
+  type: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+
+
+def main():
+    argument_spec = dict(
+        enabled=dict(type='bool', default=True),
+        proxy_name=dict(type='str', default=_jobnet.PROXY_NAME),
+        fail_on_refusal=dict(type='bool', default=False),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    if p['enabled'] and dc.docker is None:
+        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout']),
+                                proxy_name=p['proxy_name'], enabled=p['enabled'])
+    result = dict(changed=False, admitted=verdict.admitted, **verdict.as_dict())
+    if p['fail_on_refusal'] and not verdict.admitted:
+        module.fail_json(msg=verdict.message, **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

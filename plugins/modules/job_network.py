@@ -1,0 +1,211 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: job_network
+short_description: Create or tear down the per-job network of one pi-dispatch job
+version_added: 0.1.0
+description:
+  - Manages C(pi-job-<id>-net), the C(--internal) network of one job, which holds exactly the job
+    container C(pi-job-<id>) and the egress proxy.
+  - I(state=present) creates it labelled as ours (job id, creation time, owner host), with a /29
+    from the dedicated job pool (overlap-checked against every docker network and the host's
+    routes), then attaches the proxy. If the attach fails the network is removed again and the
+    task fails with the daemon's reason, so no half-made network is left.
+  - I(state=absent) force-detaches the proxy, then removes the network. It refuses, changing
+    nothing, while any other container (running, stopped or created) is still on it; it never
+    removes a container.
+  - The job id is validated (letters, digits, C(-), C(_); 1 to 64 characters, starting and
+    ending with a letter or digit) before any name is built from it.
+  - A thin adapter over C(plugins/module_utils/_jobnet.py), which a job runner can import and
+    call directly (create_job_network, teardown_job_network).
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description: Reads the daemon (networks, routes) and reports the subnet and actions it would take; changes nothing.
+  diff_mode:
+    support: full
+    description: Shows the network's presence before and after.
+options:
+  job_id:
+    description: The job's id; names the network C(pi-job-<id>-net) and the container C(pi-job-<id>).
+    type: str
+    required: true
+  state:
+    description: C(present) creates the network and attaches the proxy; C(absent) detaches the proxy and removes it.
+    type: str
+    default: present
+    choices: [present, absent]
+  proxy_name:
+    description: The egress proxy container to attach.
+    type: str
+    default: pi-dispatch-egress-proxy
+  proxy_port:
+    description: The proxy's port, used in the returned C(HTTPS_PROXY) / C(HTTP_PROXY).
+    type: int
+    default: 3128
+  pool:
+    description:
+      - The dedicated IPv4 pool job networks take their subnets from. See docs/job-networks.md for why
+        C(10.47.0.0/16) is the default.
+    type: str
+    default: 10.47.0.0/16
+  prefix:
+    description: Prefix length of each job network's subnet (at most 29; a /29 holds gateway, job and proxy).
+    type: int
+    default: 29
+  no_proxy:
+    description: The C(NO_PROXY) value handed to the job.
+    type: str
+    default: localhost,127.0.0.1,::1
+  check_host_routes:
+    description:
+      - Also avoid the routes of the host this module runs on. Right for a local daemon; set C(false)
+        when I(docker_host) is a remote daemon, whose routes this host cannot see.
+    type: bool
+    default: true
+  docker_host:
+    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds an API call may take.
+    type: int
+    default: 60
+requirements:
+  - Docker SDK for Python >= 7.0
+  - Docker Engine API >= 1.41
+seealso:
+  - module: pi_dispatch.egress.job_network_gc
+  - module: pi_dispatch.egress.egress_preflight
+'''
+
+EXAMPLES = r'''
+- name: Give job 1234 its network
+  pi_dispatch.egress.job_network:
+    job_id: '1234'
+  register: jobnet
+
+- name: Start the job on it
+  ansible.builtin.command:
+    argv: "{{ ['docker', 'run', '-d'] + jobnet.run_args + ['job-image:latest'] }}"
+
+- name: Tear it down after the job container is removed
+  pi_dispatch.egress.job_network:
+    job_id: '1234'
+    state: absent
+'''
+
+RETURN = r'''
+network:
+  description: The network's name.
+  returned: always
+  type: str
+  sample: pi-job-1234-net
+network_id:
+  description: The network's id (null in check mode before it exists, and after state=absent).
+  returned: always
+  type: str
+container:
+  description: The job container's name.
+  returned: always
+  type: str
+  sample: pi-job-1234
+subnet:
+  description: The network's subnet (in check mode, the one that would be picked).
+  returned: when state=present
+  type: str
+  sample: 10.47.0.0/29
+env:
+  description: The environment the job container needs (uppercase proxy variables, NO_PROXY, NODE_USE_ENV_PROXY).
+  returned: when state=present
+  type: dict
+  sample: {HTTPS_PROXY: 'http://pi-dispatch-egress-proxy:3128', HTTP_PROXY: 'http://pi-dispatch-egress-proxy:3128',
+           NO_PROXY: 'localhost,127.0.0.1,::1', NODE_USE_ENV_PROXY: '1'}
+run_args:
+  description: C(docker run) arguments for the job container (name, network, environment).
+  returned: when state=present
+  type: list
+  elements: str
+actions:
+  description: The actions taken (or, in check mode, that would be taken), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ['create pi-job-1234-net (10.47.0.0/29)', 'attach pi-dispatch-egress-proxy']
+'''
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+
+
+def main():
+    argument_spec = dict(
+        job_id=dict(type='str', required=True),
+        state=dict(type='str', default='present', choices=['present', 'absent']),
+        proxy_name=dict(type='str', default=_jobnet.PROXY_NAME),
+        proxy_port=dict(type='int', default=_jobnet.PROXY_PORT),
+        pool=dict(type='str', default=_jobnet.DEFAULT_POOL),
+        prefix=dict(type='int', default=_jobnet.DEFAULT_PREFIX),
+        no_proxy=dict(type='str', default=_jobnet.NO_PROXY),
+        check_host_routes=dict(type='bool', default=True),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    # Bad input is refused before the daemon is asked anything.
+    try:
+        _jobnet.validate_job_id(p['job_id'])
+        _jobnet.parse_pool(p['pool'], p['prefix'])
+    except _jobnet.JobNetError as exc:
+        module.fail_json(msg=str(exc))
+    if not 1 <= p['proxy_port'] <= 65535:
+        module.fail_json(msg='proxy_port %d is not a TCP port; use 1 to 65535 (the proxy listens on 3128).'
+                         % p['proxy_port'])
+    if dc.docker is None:
+        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+
+    name = _jobnet.network_name(p['job_id'])
+    result = dict(changed=False, network=name, network_id=None, container=_jobnet.container_name(p['job_id']),
+                  actions=[])
+    try:
+        client = dc.connect(p['docker_host'], p['docker_timeout'])
+    except dc.EngineError as exc:
+        module.fail_json(msg=str(exc), retryable=exc.retryable, **result)
+
+    try:
+        before = _jobnet.inspect_job_network(client, name) is not None
+        if p['state'] == 'present':
+            jobnet = _jobnet.create_job_network(
+                client, p['job_id'], proxy_name=p['proxy_name'], proxy_port=p['proxy_port'], pool=p['pool'],
+                prefix=p['prefix'], routes=None if p['check_host_routes'] else [], no_proxy=p['no_proxy'],
+                check_mode=module.check_mode)
+            result.update(changed=jobnet.changed, network_id=jobnet.network_id, subnet=jobnet.subnet,
+                          env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions)
+            after = True
+        else:
+            done = _jobnet.teardown_job_network(client, p['job_id'], proxy_name=p['proxy_name'],
+                                                check_mode=module.check_mode)
+            result.update(changed=done['changed'], actions=done['actions'])
+            after = False
+    except (_jobnet.JobNetError, dc.EngineError) as exc:
+        module.fail_json(msg=str(exc), retryable=getattr(exc, 'retryable', False), **result)
+    if module._diff:
+        result['diff'] = dict(before='network %s: %s\n' % (name, 'present' if before else 'absent'),
+                              after='network %s: %s\n' % (name, 'present' if after else 'absent'))
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,301 @@
+"""Unit tables for plugins/module_utils/_jobnet.py (no daemon)."""
+
+import ipaddress
+
+import pytest
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn
+
+PROXY = jn.PROXY_NAME
+NOW = 1_800_000_000
+
+
+# ---------------------------------------------------------------- job ids
+
+@pytest.mark.parametrize('job_id', ['1', '1234', 'job-1234', 'a_b', 'A9', 'x' * 64, 'it5-abc', 'a-b_c-9'])
+def test_valid_job_ids(job_id):
+    assert jn.validate_job_id(job_id) == job_id
+
+
+@pytest.mark.parametrize('job_id', ['', '-a', 'a-', '_a', 'a_', 'a.b', 'a/b', 'a b', '../x', 'x' * 65,
+                                    'ä', 'a;rm', None, 12, 'a\n', 'a:b'])
+def test_invalid_job_ids(job_id):
+    with pytest.raises(jn.JobNetError):
+        jn.validate_job_id(job_id)
+
+
+@pytest.mark.parametrize('job_id,net,cont', [
+    ('1234', 'pi-job-1234-net', 'pi-job-1234'),
+    ('a-net', 'pi-job-a-net-net', 'pi-job-a-net'),
+])
+def test_names(job_id, net, cont):
+    assert jn.network_name(job_id) == net
+    assert jn.container_name(job_id) == cont
+    assert jn.job_id_from_network_name(net) == job_id
+
+
+@pytest.mark.parametrize('name,expected', [
+    ('pi-job-1234-net', '1234'), ('pi-job--net', None), ('pi-job-a.b-net', None), ('pi-job-1234', None),
+    ('pi-dispatch-egress-out', None), ('bridge', None), ('xpi-job-1-net', None), (None, None),
+])
+def test_job_id_from_network_name(name, expected):
+    assert jn.job_id_from_network_name(name) == expected
+
+
+def test_names_refuse_bad_ids():
+    with pytest.raises(jn.JobNetError):
+        jn.network_name('a/../b')
+
+
+@pytest.mark.parametrize('prefix,ok', [
+    ('', True), ('it5-', True), ('it5_', True), ('it5-\n', False), ('-x', False), ('a b', False)])
+def test_id_prefix(prefix, ok):
+    if ok:
+        assert jn.validate_id_prefix(prefix) == prefix
+    else:
+        with pytest.raises(jn.JobNetError):
+            jn.validate_id_prefix(prefix)
+
+
+def test_labels_env_run_args():
+    labels = jn.job_labels('7', now=0, host='h')
+    assert labels == {jn.LABEL_JOB_ID: '7', jn.LABEL_CREATED: '1970-01-01T00:00:00Z', jn.LABEL_OWNER_HOST: 'h'}
+    env = jn.job_env()
+    assert env['HTTPS_PROXY'] == env['HTTP_PROXY'] == 'http://pi-dispatch-egress-proxy:3128'
+    assert env['NO_PROXY'] == jn.NO_PROXY and env['NODE_USE_ENV_PROXY'] == '1'
+    assert all(k == k.upper() for k in env)
+    args = jn.JobNetwork('7', 'pi-job-7-net', 'pi-job-7', '10.47.0.0/29', env).run_args()
+    assert args[:4] == ['--name', 'pi-job-7', '--network', 'pi-job-7-net']
+    assert '-e' in args and 'HTTPS_PROXY=http://pi-dispatch-egress-proxy:3128' in args
+
+
+@pytest.mark.parametrize('text,epoch', [
+    ('2027-01-15T08:00:00Z', 1800000000), ('2027-01-15T08:00:00.5Z', 1800000000.5),
+    ('2027-01-15T09:00:00+01:00', 1800000000), ('0001-01-01T00:00:00Z', None), ('garbage', None), (None, None),
+])
+def test_parse_time(text, epoch):
+    assert jn.parse_time(text) == epoch
+
+
+# ---------------------------------------------------------------- subnets
+
+@pytest.mark.parametrize('taken,expected', [
+    ([], '10.47.0.0/29'),
+    (['10.47.0.0/29'], '10.47.0.8/29'),
+    (['10.47.0.0/29', '10.47.0.16/29'], '10.47.0.8/29'),
+    (['10.47.0.4/32'], '10.47.0.8/29'),           # a host route inside the first /29
+    (['10.47.0.0/24'], '10.47.1.0/29'),           # a wider route blocks a whole range
+    (['172.17.0.0/16', '192.168.0.0/16'], '10.47.0.0/29'),  # outside the pool: irrelevant
+    (['10.47.0.0/29', 'not-a-net', 'fe80::/64'], '10.47.0.8/29'),
+])
+def test_allocate_subnet(taken, expected):
+    assert str(jn.allocate_subnet('10.47.0.0/16', 29, taken)) == expected
+
+
+def test_allocate_is_never_overlapping_and_fills_the_pool():
+    taken = []
+    for _ in range(32):
+        net = jn.allocate_subnet('10.47.0.0/24', 29, taken)
+        assert not any(net.overlaps(t) for t in taken)
+        taken.append(net)
+    with pytest.raises(jn.PoolExhausted) as exc:
+        jn.allocate_subnet('10.47.0.0/24', 29, taken)
+    assert '10.47.0.0/24' in str(exc.value) and 'gc.yml' in str(exc.value)
+
+
+@pytest.mark.parametrize('taken', [['10.0.0.0/8'], ['0.0.0.0/1'], ['10.47.0.0/16']])
+def test_allocate_exhausted_by_covering_route(taken):
+    with pytest.raises(jn.PoolExhausted):
+        jn.allocate_subnet('10.47.0.0/16', 29, taken)
+
+
+def test_default_pool_capacity():
+    assert jn.pool_capacity() == 8192
+    assert jn.pool_capacity('10.47.0.0/24', 29) == 32
+
+
+@pytest.mark.parametrize('pool,prefix', [('10.47.0.1/16', 29), ('fd00::/64', 29), ('nope', 29),
+                                         ('10.47.0.0/16', 30), ('10.47.0.0/16', 8), ('10.47.0.0/16', 'x')])
+def test_bad_pool_or_prefix(pool, prefix):
+    with pytest.raises(jn.JobNetError):
+        jn.parse_pool(pool, prefix)
+
+
+def test_parse_proc_net_route():
+    text = ('Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n'
+            'eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n'
+            'eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n'
+            'docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n'
+            'short line\n')
+    assert [str(n) for n in jn.parse_proc_net_route(text)] == ['192.168.0.0/24', '172.17.0.0/16']
+
+
+def test_parse_ip_json_routes():
+    text = ('[{"dst":"default","gateway":"192.168.0.1"},{"dst":"192.168.0.0/24"},'
+            '{"dst":"10.47.0.5"},{"dst":"fe80::/64"}]')
+    assert [str(n) for n in jn.parse_ip_json_routes(text)] == ['192.168.0.0/24', '10.47.0.5/32']
+    assert jn.parse_ip_json_routes('not json') == []
+
+
+def test_network_subnets():
+    nets = [{'IPAM': {'Config': [{'Subnet': '172.18.0.0/16'}, {'Subnet': 'fd00::/64'}]}}, {'IPAM': None}, {}]
+    assert jn.network_subnets(nets) == [ipaddress.ip_network('172.18.0.0/16')]
+
+
+# ---------------------------------------------------------------- the sweep
+
+OURS = {jn.LABEL_JOB_ID: '9', jn.LABEL_CREATED: '2027-01-15T07:00:00Z', jn.LABEL_OWNER_HOST: 'h'}
+P = {'name': PROXY, 'state': 'running'}
+
+
+def m(name, state):
+    return {'name': name, 'state': state}
+
+
+# (name, labels, members, options) -> (action, reason, detach, remove_containers)
+SWEEP_TABLE = [
+    ('proxy-only', 'pi-job-9-net', OURS, [P], {}, ('remove', None, [PROXY], [])),
+    ('empty', 'pi-job-9-net', OURS, [], {}, ('remove', None, [], [])),
+    ('unlabelled', 'pi-job-9-net', {}, [P], {}, ('remove', None, [PROXY], [])),
+    ('stopped proxy only', 'pi-job-9-net', OURS, [m(PROXY, 'exited')], {}, ('remove', None, [PROXY], [])),
+    ('stale endpoint', 'pi-job-9-net', OURS, [P, m('gone', jn.MISSING)], {}, ('remove', None, ['gone', PROXY], [])),
+    ('job running', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'running')], {}, ('keep', 'job-running', [], [])),
+    ('job paused', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'paused')], {}, ('keep', 'job-running', [], [])),
+    ('job restarting', 'pi-job-9-net', OURS, [m('pi-job-9', 'restarting')], {}, ('keep', 'job-running', [], [])),
+    ('other running', 'pi-job-9-net', OURS, [P, m('intruder', 'running')], {}, ('keep', 'member-running', [], [])),
+    ('job created', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'created')], {}, ('keep', 'job-created', [], [])),
+    ('job created, remove on', 'pi-job-9-net', OURS, [m('pi-job-9', 'created')], {'remove_exited_jobs': True},
+     ('keep', 'job-created', [], [])),
+    ('job stopped', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'exited')], {}, ('keep', 'job-stopped', [], [])),
+    ('job dead', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'dead')], {}, ('keep', 'job-stopped', [], [])),
+    ('job stopped, remove on', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'exited')], {'remove_exited_jobs': True},
+     ('remove', None, [PROXY], ['pi-job-9'])),
+    ('other stopped', 'pi-job-9-net', OURS, [P, m('other', 'exited')], {}, ('keep', 'member-stopped', [], [])),
+    ('other stopped, remove on', 'pi-job-9-net', OURS, [m('other', 'exited')], {'remove_exited_jobs': True},
+     ('keep', 'member-stopped', [], [])),
+    ('other created', 'pi-job-9-net', OURS, [m('other', 'created')], {}, ('keep', 'member-stopped', [], [])),
+    ('removing', 'pi-job-9-net', OURS, [m('pi-job-9', 'removing')], {}, ('keep', 'member-removing', [], [])),
+    ('running beats stopped', 'pi-job-9-net', OURS, [m('other', 'exited'), m('pi-job-9', 'running')], {},
+     ('keep', 'job-running', [], [])),
+    ('too young', 'pi-job-9-net', OURS, [P], {'min_age': 7200}, ('keep', 'too-young', [], [])),
+    ('old enough', 'pi-job-9-net', OURS, [P], {'min_age': 600}, ('remove', None, [PROXY], [])),
+    ('age unknown', 'pi-job-9-net', OURS, [P], {'min_age': 600, 'created': None}, ('keep', 'age-unknown', [], [])),
+    ('foreign labels', 'pi-job-9-net', {'com.example': 'x'}, [P], {}, ('keep', 'foreign-labels', [], [])),
+    ('label mismatch', 'pi-job-9-net', dict(OURS, **{jn.LABEL_JOB_ID: '8'}), [P], {},
+     ('keep', 'label-mismatch', [], [])),
+    ('invalid id in name', 'pi-job-a.b-net', {}, [P], {}, ('keep', 'job-id-invalid', [], [])),
+    ('foreign name', 'my-net', {}, [P], {}, (None, None, [], [])),
+    ('near miss name', 'pi-job-9-network', {}, [P], {}, (None, None, [], [])),
+    ('outside id prefix', 'pi-job-9-net', OURS, [P], {'id_prefix': 'it5-'}, (None, None, [], [])),
+]
+
+
+@pytest.mark.parametrize('case,name,labels,members,opts,expected', SWEEP_TABLE, ids=[r[0] for r in SWEEP_TABLE])
+def test_sweep_decision_table(case, name, labels, members, opts, expected):
+    opts = dict(opts)
+    created = opts.pop('created', jn.parse_time(OURS[jn.LABEL_CREATED]))
+    d = jn.decide_sweep(name, labels, created, members, NOW, proxy_name=PROXY, **opts)
+    assert (d.action, d.reason, d.detach, d.remove_containers) == expected
+    if d.action == 'keep':
+        assert d.reason in jn.KEEP_REASONS
+
+
+def test_members_of_uses_container_config_and_flags_stale_endpoints():
+    net = {'Name': 'pi-job-9-net', 'Id': 'n1', 'Containers': {'c1': {'Name': PROXY}, 'zz': {'Name': 'ghost'}}}
+    containers = [
+        {'Id': 'c1', 'Names': ['/' + PROXY], 'State': 'running',
+         'NetworkSettings': {'Networks': {'pi-job-9-net': {'NetworkID': 'n1'}}}},
+        {'Id': 'c2', 'Names': ['/pi-job-9'], 'State': 'exited',
+         'NetworkSettings': {'Networks': {'pi-job-9-net': {'NetworkID': 'n1'}}}},
+        {'Id': 'c3', 'Names': ['/elsewhere'], 'State': 'running',
+         'NetworkSettings': {'Networks': {'bridge': {'NetworkID': 'b'}}}},
+    ]
+    assert jn.members_of(net, containers) == [
+        {'name': 'ghost', 'state': jn.MISSING}, {'name': PROXY, 'state': 'running'},
+        {'name': 'pi-job-9', 'state': 'exited'}]
+
+
+def test_sweep_lines():
+    result = {'removed': [{'network': 'pi-job-1-net', 'detached': [PROXY], 'removed_containers': ['pi-job-1']}],
+              'kept': [{'network': 'pi-job-2-net', 'reason': 'job-running'}],
+              'failed': [{'network': 'pi-job-3-net', 'step': 'remove-network', 'message': 'boom'}]}
+    lines = jn.sweep_lines(result, check_mode=True)
+    assert lines[0].startswith('would remove pi-job-1-net (after removing pi-job-1 and detaching')
+    assert lines[1].startswith('kept pi-job-2-net: job-running')
+    assert lines[2] == 'failed pi-job-3-net at remove-network: boom'
+
+
+# ---------------------------------------------------------------- errors
+
+def test_api_errors_are_answers_not_outages():
+    import docker.errors
+    import requests
+
+    resp = requests.Response()
+    resp.status_code = 400
+    err = docker.errors.APIError('x', response=resp, explanation='Pool overlaps with other one')
+    assert not jn._connection_failed(err)
+    assert not isinstance(jn._engine_error('create', err), jn.EngineUnavailable)
+    assert jn._connection_failed(requests.exceptions.ConnectionError('refused'))
+    assert isinstance(jn._engine_error('x', requests.exceptions.ConnectionError('refused')), jn.EngineUnavailable)
+
+
+# ---------------------------------------------------------------- preflight
+
+@pytest.mark.parametrize('state,verdict', [
+    ('running', jn.ADMIT), ('paused', jn.PROXY_STOPPED), ('exited', jn.PROXY_STOPPED),
+    ('dead', jn.PROXY_STOPPED), ('created', jn.PROXY_STOPPED), ('restarting', jn.PROXY_STOPPED),
+    (None, jn.PROXY_MISSING),
+])
+def test_verdict_table(state, verdict):
+    v = jn.verdict_for_state(state)
+    assert v.verdict == verdict and v.retryable is False
+    assert v.admitted == (verdict == jn.ADMIT)
+
+
+class _Containers:
+    def __init__(self, result):
+        self.result = result
+        self.calls = 0
+
+    def get(self, name):
+        self.calls += 1
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+class _Client:
+    def __init__(self, result):
+        self.containers = _Containers(result)
+
+
+class _C:
+    def __init__(self, status):
+        self.attrs = {'State': {'Status': status}}
+
+
+def test_preflight_off_never_touches_the_daemon():
+    def boom():
+        raise AssertionError('daemon touched')
+    v = jn.preflight(boom, enabled=False)
+    assert v.verdict == jn.ADMIT
+
+
+def test_preflight_one_inspect():
+    client = _Client(_C('running'))
+    assert jn.preflight(client).verdict == jn.ADMIT
+    assert client.containers.calls == 1
+    assert jn.preflight(_Client(_C('paused'))).verdict == jn.PROXY_STOPPED
+
+
+def test_preflight_missing_and_unavailable():
+    import docker.errors
+    import requests
+    assert jn.preflight(_Client(docker.errors.NotFound('no such container'))).verdict == jn.PROXY_MISSING
+    v = jn.preflight(_Client(requests.exceptions.ConnectionError('refused')))
+    assert v.verdict == jn.ENGINE_UNAVAILABLE and v.retryable is True
+
+    def unbuildable():
+        raise docker.errors.DockerException('Error while fetching server API version')
+    assert jn.preflight(unbuildable).verdict == jn.ENGINE_UNAVAILABLE
