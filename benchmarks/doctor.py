@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Benchmark the doctor: its wall time against the time of its single slowest probe.
+
+    python3 benchmarks/doctor.py --proxy pi-dispatch-egress-proxy --deploy-dir /opt/pi-dispatch/egress \\
+        --probe-image pi-dispatch-egress-tools:test --provider api.provider.test --deny denied.test --runs 5
+
+Runs ``_doctor.Doctor.run()`` (proxy lines, sweep, canary with its three probes
+in parallel, teardown) --runs times against a running proxy and prints, per
+run and as a median, the doctor's wall time, the slowest probe's time and the
+ratio. The probes run concurrently, so the ratio should stay close to 1 (a
+sequential doctor would be near 3). The provider and deny hosts have no
+default on purpose: on a machine without internet give .test names that a
+fake upstream on the proxy's upstream network serves (tests/integration/conftest.py
+builds such a world). Asserts nothing; everything the doctor creates it removes.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _import_doctor():
+    parts = ROOT.split(os.sep)
+    if parts[-3:-1] == ['ansible_collections', 'pi_dispatch']:
+        sys.path.insert(0, os.sep.join(parts[:-3]))
+    else:
+        import tempfile
+        base = tempfile.mkdtemp(prefix='pi-egress-bench-')
+        os.makedirs(os.path.join(base, 'ansible_collections', 'pi_dispatch'))
+        os.symlink(ROOT, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
+        sys.path.insert(0, base)
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor, _docker_client
+    return _doctor, _docker_client
+
+
+doctor_mod, dc = _import_doctor()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--proxy', default='pi-dispatch-egress-proxy')
+    ap.add_argument('--deploy-dir', default='/opt/pi-dispatch/egress')
+    ap.add_argument('--probe-image', required=True)
+    ap.add_argument('--provider', required=True, help='provider host (a .test name without internet)')
+    ap.add_argument('--deny', required=True, help='unlisted host that answers (a .test name without internet)')
+    ap.add_argument('--listed', default=None, help='listed host for the plain probe (default: --provider)')
+    ap.add_argument('--timeout', type=int, default=10, help='curl seconds per probe (default 10)')
+    ap.add_argument('--runs', type=int, default=5)
+    args = ap.parse_args()
+
+    client = dc.connect(None, 60)
+    rows = []
+    for run in range(1, args.runs + 1):
+        doc = doctor_mod.Doctor(client, args.proxy, args.deploy_dir, args.probe_image, provider_host=args.provider,
+                                deny_host=args.deny, listed_host=args.listed, probe_timeout=args.timeout)
+        started = time.monotonic()
+        lines = doc.run()
+        wall = time.monotonic() - started
+        probes = dict((p, doc.timings[p]) for p in doctor_mod.PROBES if p in doc.timings)
+        if not probes:
+            print('run %d: no probe ran:' % run)
+            print(doctor_mod.render_report(lines))
+            return 1
+        slowest = max(probes.values())
+        counts = doctor_mod.summary(lines)
+        rows.append((wall, slowest, sum(probes.values())))
+        print('run %d: doctor %.2fs, slowest probe %.2fs (%s), ratio %.2f; probes %s; %s' % (
+            run, wall, slowest, max(probes, key=probes.get), wall / slowest,
+            ', '.join('%s %.2fs' % item for item in sorted(probes.items())),
+            ', '.join('%s=%d' % item for item in sorted(counts.items()))))
+    wall = statistics.median(r[0] for r in rows)
+    slowest = statistics.median(r[1] for r in rows)
+    serial = statistics.median(r[2] for r in rows)
+    print('median over %d runs: doctor %.2fs, slowest probe %.2fs, ratio %.2f '
+          '(the probes one after another would take %.2fs, ratio %.2f)'
+          % (len(rows), wall, slowest, wall / slowest, serial, serial / slowest))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,868 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The doctor: canary probes, the leftover sweep, and the report.
+
+Three layers, kept apart so the decisions are unit-tested without a daemon:
+
+* the line model (:class:`Line`, :data:`LINES`, :func:`render_report`,
+  :func:`json_lines`): every line doctor can print has an id and a shape in
+  :data:`LINES`, and ``docs/doctor.md`` is checked against that table;
+* pure decisions: :func:`parse_doctor_network`, :func:`daemon_locality`,
+  :func:`plan_leftover`, :func:`split_attached`, :func:`sweep_line`,
+  :func:`parse_probe_output` and the ``classify_*`` functions;
+* :class:`Doctor`, which makes the daemon calls (Docker SDK) and turns their
+  results into lines with the functions above.
+
+The canary's own objects are ``pi-dispatch-egress-doctor-<pid>`` (an
+``--internal`` network with the proxy attached) and the probe containers
+``pi-dispatch-egress-probe-<probe>-<pid>``. Every one of them is removed at the
+end of the run that made it, or reported in that same run, so what a later
+run finds was left by a killed run (the sweep).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import threading
+import time
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+
+NETWORK_PREFIX = 'pi-dispatch-egress-doctor-'
+PROBE_PREFIX = 'pi-dispatch-egress-probe-'
+NETWORK_RE = re.compile(r'^pi-dispatch-egress-doctor-(\d+)$')
+PROBE_RE = re.compile(r'^pi-dispatch-egress-probe-([a-z0-9]+(?:-[a-z0-9]+)*?)-(\d+)$')
+LABEL = 'io.pi-dispatch.egress.doctor'
+
+PROBES = ('provider', 'deny', 'plain')
+
+DEFAULT_PROVIDER_HOST = 'api.anthropic.com'
+DEFAULT_DENY_HOST = 'example.com'
+DEFAULT_PROBE_TIMEOUT = 10
+DEFAULT_PROBE_START_GRACE = 20
+
+STATUSES = ('ok', 'warn', 'fail', 'notrun')
+SYMBOLS = {'ok': u'\u2713', 'warn': u'\u26a0', 'fail': u'\u2717', 'notrun': u'\u25cb'}
+GROUPS = (
+    ('proxy', 'Egress proxy'),
+    ('canary', 'Egress canary'),
+    ('endpoints', 'Model endpoints'),
+    ('isolation', 'Job networks'),
+    ('leftovers', 'Leftovers of earlier doctor runs'),
+)
+
+NOT_CHECKED = 'not checked yet'
+
+# Every line doctor can print: id -> (group, status, shape). The shape is the
+# line's wording with <placeholders>; docs/doctor.md has one row per id and a
+# unit test rebuilds that table's first column from this one. A line's status
+# may differ from the shape's usual one only where noted in the docs.
+LINES = [
+    ('proxy.running', 'proxy', 'ok', 'Egress proxy running (<proxy>)'),
+    ('proxy.missing', 'proxy', 'fail', 'Egress proxy missing: there is no container <proxy>, so every job is refused'),
+    ('proxy.stopped', 'proxy', 'fail', 'Egress proxy stopped (<proxy> is <state>), so every job is refused'),
+    ('proxy.health', 'proxy', 'ok', 'Egress proxy health: <health>'),
+    ('proxy.rules', 'proxy', 'ok', "Egress proxy rules: <rules> matches the collection's copy (<packaged>)"),
+    ('proxy.rules_differ', 'proxy', 'warn',
+     "Egress proxy rules: <rules> differs from the collection's copy (<packaged>)"),
+    ('proxy.rules_unreadable', 'proxy', 'warn', 'Egress proxy rules: <rules> could not be read (<error>)'),
+    ('canary.provider', 'canary', 'ok',
+     'Egress policy reaches the provider (<provider> answered <code>, so the whole path works and no key was spent)'),
+    ('canary.provider_unreached', 'canary', 'warn', 'Egress policy does not reach the provider (<provider>: <what>)'),
+    ('canary.deny', 'canary', 'ok',
+     'Egress policy denies an unlisted host (<deny>: the proxy refused the tunnel with 403; the deny direction is '
+     'the half an allowlist can silently lose)'),
+    ('canary.deny_leaks', 'canary', 'fail', 'Egress policy lets an unlisted host through (<deny>: <what>)'),
+    ('canary.plain', 'canary', 'ok',
+     'Egress policy refuses plain HTTP to a listed host off port 80 (<listed>:443 without a tunnel got squid\'s '
+     '403 <error>; only a CONNECT reaches 443)'),
+    ('canary.plain_leaks', 'canary', 'fail',
+     'Egress policy lets plain HTTP through to <listed> on port 443 (<what>)'),
+    ('canary.notrun', 'canary', 'notrun', 'Egress canary probe <probe> did not run (<why>)'),
+    ('canary.setup', 'canary', 'notrun', 'Egress canary could not be set up (<why>), so no probe ran'),
+    ('canary.cleanup_kept', 'canary', 'warn',
+     'Egress canary: <net> is kept, because the probe <probe> could not be removed and the network is the only '
+     'way left to find it: docker rm -f <probe>'),
+    ('canary.cleanup_rm', 'canary', 'warn',
+     'Egress canary: the network <net> could not be removed: docker network rm <net>'),
+    ('endpoints.include', 'endpoints', 'ok',
+     'Model endpoints: the include inside the running proxy matches model-endpoints.json (<ids>)'),
+    ('endpoints.include_replaced', 'endpoints', 'fail',
+     'Model endpoints: the include inside the running proxy differs from the file it mounts (<file>): the file '
+     'was replaced (a rename, an editor\'s save) instead of written in place, and the proxy still reads the old one'),
+    ('endpoints.include_stale', 'endpoints', 'fail',
+     'Model endpoints: the include inside the running proxy is not the render of <declaration> (<what>)'),
+    ('endpoints.include_unmounted', 'endpoints', 'fail',
+     'Model endpoints: the proxy does not mount the include, so the declared endpoints (<ids>) stay unreachable '
+     'until it is recreated'),
+    ('endpoints.include_unchecked', 'endpoints', 'warn',
+     'Model endpoints: the include could not be checked (<why>)'),
+    ('endpoints.include_notchecked', 'endpoints', 'notrun',
+     'Model endpoints: the include inside the running proxy is ' + NOT_CHECKED),
+    ('endpoints.probes', 'endpoints', 'notrun',
+     'Model endpoints: tunnel, port-exact and plain-request probes are ' + NOT_CHECKED),
+    ('endpoints.overlay', 'endpoints', 'notrun',
+     'Model endpoints: the overlay models.json and allowlist warnings are ' + NOT_CHECKED),
+    ('isolation.peers', 'isolation', 'notrun',
+     'Job-to-job isolation (two peers on two job networks) is ' + NOT_CHECKED),
+    ('leftovers.unlisted', 'leftovers', 'warn',
+     'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
+     'name=pi-dispatch-egress-doctor-'),
+    ('leftovers.remote', 'leftovers', 'warn',
+     'Egress canary: <net> may be left over from an EARLIER doctor run, and is not swept because this shell\'s '
+     'docker CLI <what it resolved>, so a pid that is dead here may be alive there'),
+    ('leftovers.unreadable', 'leftovers', 'warn',
+     'Egress canary: the network <net> could not be read: docker network inspect <net>'),
+    ('leftovers.kept', 'leftovers', 'warn',
+     'Egress canary: <net> is kept, because the probe <probe> could not be removed and the network is the only '
+     'way left to find it: docker rm -f <probe>'),
+    ('leftovers.removed', 'leftovers', 'ok',
+     'Egress canary: removed <net> (after removing <probes> and detaching <endpoints>), left by an EARLIER '
+     'doctor run'),
+    ('leftovers.gone', 'leftovers', 'ok',
+     'Egress canary: removed <probes> and detached <endpoints> on <net>, left by an EARLIER doctor run; the '
+     'network itself is gone'),
+    ('leftovers.rm_failed', 'leftovers', 'warn',
+     'Egress canary: the network <net> could not be removed: docker network rm <net>'),
+    ('leftovers.would_sweep', 'leftovers', 'warn',
+     'Egress canary: <net> would be removed (with <probes>, detaching <endpoints>), left by an EARLIER doctor '
+     'run; check mode sweeps nothing'),
+]
+LINE_IDS = [item[0] for item in LINES]
+_BY_ID = dict((item[0], item) for item in LINES)
+
+
+class Line(object):
+    """One doctor line: id, status (ok/warn/fail/notrun), message, fix command."""
+
+    def __init__(self, line_id, status, message, fix=None):
+        if line_id not in _BY_ID:
+            raise ValueError('unknown doctor line id %r' % line_id)
+        if status not in STATUSES:
+            raise ValueError('unknown status %r' % status)
+        self.id = line_id
+        self.status = status
+        self.message = message
+        self.fix = fix or None
+
+    @property
+    def group(self):
+        return _BY_ID[self.id][1]
+
+    def as_dict(self):
+        return dict(id=self.id, status=self.status, message=self.message, fix=self.fix)
+
+    def __repr__(self):
+        return 'Line(%r, %r, %r, %r)' % (self.id, self.status, self.message, self.fix)
+
+
+def summary(lines):
+    counts = dict((status, 0) for status in STATUSES)
+    for line in lines:
+        counts[line.status] += 1
+    return counts
+
+
+def render_report(lines):
+    """The human report: lines grouped, each with its symbol, fixes under them, a summary."""
+    out = []
+    for group, title in GROUPS:
+        members = [line for line in lines if line.group == group]
+        if not members:
+            continue
+        out.append('%s:' % title)
+        for line in members:
+            out.append(u'  %s %s' % (SYMBOLS[line.status], line.message))
+            if line.fix and line.status in ('warn', 'fail'):
+                out.append(u'      fix: %s' % line.fix)
+        out.append('')
+    counts = summary(lines)
+    out.append(u'%d checks: %d \u2713, %d \u26a0, %d \u2717, %d not run' % (
+        len(lines), counts['ok'], counts['warn'], counts['fail'], counts['notrun']))
+    return u'\n'.join(out) + u'\n'
+
+
+def json_lines(lines):
+    """The same results, one JSON object per line (id, status, message, fix)."""
+    return u''.join(json.dumps(line.as_dict(), sort_keys=True, ensure_ascii=False) + u'\n' for line in lines)
+
+
+# --- the leftover sweep: pure decisions ---------------------------------------------------
+
+def network_name(pid):
+    return '%s%d' % (NETWORK_PREFIX, int(pid))
+
+
+def probe_name(probe, pid):
+    return '%s%s-%d' % (PROBE_PREFIX, probe, int(pid))
+
+
+def parse_doctor_network(name):
+    """The pid in a canary network's name, or None when the name is not exactly one."""
+    match = NETWORK_RE.fullmatch(name or '')
+    return int(match.group(1)) if match else None
+
+
+def probe_pid(name):
+    """The pid in a probe container's name, or None."""
+    match = PROBE_RE.fullmatch((name or '').lstrip('/'))
+    return int(match.group(2)) if match else None
+
+
+def daemon_locality(docker_host, environ=None):
+    """(local, what_it_resolved) for the daemon the doctor talks to.
+
+    Local only when the connection is a unix socket on this host: the default
+    (no docker_host and no DOCKER_HOST) or an explicit ``unix://`` path. A
+    tcp://, ssh:// or npipe:// daemon may be shared or remote, and a pid that is
+    dead here may be alive there.
+    """
+    environ = os.environ if environ is None else environ
+    host = docker_host or environ.get('DOCKER_HOST') or ''
+    if not host:
+        return True, 'resolved the default unix socket /var/run/docker.sock on this host'
+    if host.startswith('unix://') or host.startswith('/'):
+        return True, 'resolved %s on this host' % host
+    return False, 'resolved %s, which is not a unix socket on this host' % host
+
+
+def pid_alive(pid):
+    """Whether ``pid`` is a live process on this host (signal 0)."""
+    if pid <= 0:
+        return True  # never claim a nonsense pid is dead
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def plan_leftover(name, own_pid, alive, local):
+    """What to do with a network found under the canary's prefix.
+
+    Returns one of: ``ignore`` (not exactly a canary name, or this run's own),
+    ``live`` (its pid is alive: another doctor is running; leave it alone),
+    ``remote`` (the daemon is not on this host: report, never sweep),
+    ``sweep``.
+    """
+    pid = parse_doctor_network(name)
+    if pid is None or pid == own_pid:
+        return 'ignore'
+    if not local:
+        return 'remote'
+    if alive:
+        return 'live'
+    return 'sweep'
+
+
+def split_attached(attached, pid):
+    """Split the names attached to ``pi-dispatch-egress-doctor-<pid>`` into (probes, others)."""
+    probes, others = [], []
+    for name in attached:
+        name = name.lstrip('/')
+        (probes if probe_pid(name) == pid else others).append(name)
+    return sorted(probes), sorted(others)
+
+
+def _names(items):
+    return ', '.join(items) if items else 'nothing'
+
+
+def sweep_line(net, removed=(), detached=(), stuck=None, rm_error=None, net_gone=False):
+    """The one line a sweep of ``net`` produces (None when nothing happened to report).
+
+    ``stuck``: a probe that could not be removed (the network is then kept and
+    must not have been removed). ``rm_error``: the network removal failed.
+    ``net_gone``: the daemon said the network was not there at removal time.
+    """
+    removed, detached = list(removed), list(detached)
+    if stuck:
+        return Line('leftovers.kept', 'warn',
+                    'Egress canary: %s is kept, because the probe %s could not be removed and the network is the '
+                    'only way left to find it: docker rm -f %s' % (net, stuck, stuck),
+                    fix='docker rm -f %s, then re-run doctor' % stuck)
+    if rm_error:
+        return Line('leftovers.rm_failed', 'warn',
+                    'Egress canary: the network %s could not be removed: docker network rm %s (%s)'
+                    % (net, net, rm_error),
+                    fix='docker network rm %s; if it has active endpoints, docker network inspect %s first and '
+                        'remove what is on it' % (net, net))
+    if net_gone:
+        if not removed and not detached:
+            return None
+        parts = []
+        if removed:
+            parts.append('removed %s' % ', '.join(removed))
+        if detached:
+            parts.append('detached %s' % ', '.join(detached))
+        return Line('leftovers.gone', 'ok',
+                    'Egress canary: %s on %s, left by an EARLIER doctor run; the network itself is gone'
+                    % (' and '.join(parts), net),
+                    fix=('reattach %s to the network it belongs to' % ', '.join(detached)) if detached else None)
+    return Line('leftovers.removed', 'ok',
+                'Egress canary: removed %s (after removing %s and detaching %s), left by an EARLIER doctor run'
+                % (net, _names(removed), _names(detached)))
+
+
+def remote_line(net, resolved):
+    return Line('leftovers.remote', 'warn',
+                "Egress canary: %s may be left over from an EARLIER doctor run, and is not swept because this "
+                "shell's docker CLI %s, so a pid that is dead here may be alive there" % (net, resolved),
+                fix='check on the host that daemon belongs to, then docker network rm %s there' % net)
+
+
+def unlisted_line(error):
+    return Line('leftovers.unlisted', 'warn',
+                'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls '
+                '--filter name=%s (%s)' % (NETWORK_PREFIX, error),
+                fix='docker network ls --filter name=%s; a daemon that cannot list is usually the real problem'
+                    % NETWORK_PREFIX)
+
+
+def unreadable_line(net, error):
+    return Line('leftovers.unreadable', 'warn',
+                'Egress canary: the network %s could not be read: docker network inspect %s (%s)' % (net, net, error),
+                fix='docker network inspect %s (do not skip to network rm: what is attached is exactly what is '
+                    'unknown)' % net)
+
+
+def would_sweep_line(net, probes, others):
+    return Line('leftovers.would_sweep', 'warn',
+                'Egress canary: %s would be removed (with %s, detaching %s), left by an EARLIER doctor run; check '
+                'mode sweeps nothing' % (net, _names(probes), _names(others)),
+                fix='run doctor without --check')
+
+
+# --- probe results: pure classification ------------------------------------------------------
+
+PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
+
+
+def probe_script(url, proxy_url, timeout):
+    """The shell the probe container runs: one curl, bounded, with a parseable trailer.
+
+    ``-k``: no credential is sent, so the certificate is not what is proved;
+    reaching the host through the tunnel is.
+    """
+    curl = ['curl', '-sS', '-k', '--max-time', str(int(timeout)), '--connect-timeout', str(int(timeout)),
+            '-o', '/dev/null', '-D', '/tmp/h', '-w', "'%s %%{http_code} %%{http_connect}\\n'" % PROBE_MARK,
+            '--proxy', proxy_url]
+    # An http:// URL through --proxy is a plain forward request (GET http://host:port/), never a tunnel.
+    curl.append("'%s'" % url)
+    return ('%s 2>/tmp/e; rc=$?; echo "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
+            'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (' '.join(curl), PROBE_MARK, PROBE_MARK, PROBE_MARK))
+
+
+def parse_probe_output(text):
+    """dict(rc, code, connect, squid_error, headers, error) from the probe's output (None: no trailer)."""
+    result = dict(rc=None, code=0, connect=0, squid_error=None, error='')
+    section = None
+    found = False
+    for raw in (text or '').splitlines():
+        line = raw.rstrip('\r')
+        if line.startswith(PROBE_MARK + ' '):
+            found = True
+            words = line.split()
+            if len(words) > 1 and words[1].isdigit():
+                result['code'] = int(words[1])
+            if len(words) > 2 and words[2].isdigit():
+                result['connect'] = int(words[2])
+            continue
+        if line.startswith(PROBE_MARK + '-rc '):
+            value = line.split()[-1]
+            result['rc'] = int(value) if value.lstrip('-').isdigit() else None
+            continue
+        if line == PROBE_MARK + '-headers':
+            section = 'headers'
+            continue
+        if line == PROBE_MARK + '-stderr':
+            section = 'stderr'
+            continue
+        if section == 'headers' and line.lower().startswith('x-squid-error:'):
+            result['squid_error'] = line.split(':', 1)[1].strip()
+        elif section == 'stderr' and line.strip():
+            result['error'] = (result['error'] + ' ' + line.strip()).strip()
+    return result if found else None
+
+
+def _no_answer(result):
+    return 'no answer (curl exit %s%s)' % (result.get('rc'), ': ' + result['error'] if result.get('error') else '')
+
+
+def classify_provider(provider, result, why_not=None):
+    if result is None:
+        return notrun_line('provider', why_not or 'the probe printed no result')
+    connect, code = result['connect'], result['code']
+    if connect == 200 and code:
+        return Line('canary.provider', 'ok',
+                    'Egress policy reaches the provider (%s answered %d, so the whole path works and no key was '
+                    'spent)' % (provider, code))
+    if connect and connect != 200:
+        what = 'the proxy answered the tunnel with %d%s' % (connect, ' (refused by the rules)' if connect == 403 else
+                                                            ' (it let the tunnel through and nothing answered)'
+                                                            if connect == 503 else '')
+    elif connect == 200:
+        what = 'the tunnel opened but the provider did not answer (%s)' % _no_answer(result)
+    else:
+        return notrun_line('provider', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('canary.provider_unreached', 'warn', 'Egress policy does not reach the provider (%s: %s)'
+                % (provider, what),
+                fix='list %s in egress-allowlist.conf, then reload the proxy (ansible-playbook '
+                    'pi_dispatch.egress.site -e egress_proxy_state=reloaded)' % provider)
+
+
+def classify_deny(deny, result, why_not=None):
+    if result is None:
+        return notrun_line('deny', why_not or 'the probe printed no result')
+    connect, code = result['connect'], result['code']
+    if connect == 403:
+        return Line('canary.deny', 'ok',
+                    'Egress policy denies an unlisted host (%s: the proxy refused the tunnel with 403; the deny '
+                    'direction is the half an allowlist can silently lose)' % deny)
+    if connect == 200 or code:
+        what = 'the proxy opened the tunnel%s' % (' and the host answered %d' % code if code else '')
+    elif connect:
+        what = 'the proxy answered the tunnel with %d, so it tried to connect' % connect
+    else:
+        return notrun_line('deny', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('canary.deny_leaks', 'fail', 'Egress policy lets an unlisted host through (%s: %s)' % (deny, what),
+                fix='remove %s (or the rule that admits it) from the proxy rules or the allowlist, then restart '
+                    'the proxy (ansible-playbook pi_dispatch.egress.site -e egress_proxy_state=restarted)' % deny)
+
+
+def classify_plain(listed, result, why_not=None):
+    if result is None:
+        return notrun_line('plain', why_not or 'the probe printed no result')
+    code, error = result['code'], result.get('squid_error') or ''
+    if code == 403 and error.startswith('ERR_ACCESS_DENIED'):
+        return Line('canary.plain', 'ok',
+                    "Egress policy refuses plain HTTP to a listed host off port 80 (%s:443 without a tunnel got "
+                    "squid's 403 %s; only a CONNECT reaches 443)" % (listed, error.split()[0]))
+    if not code:
+        return notrun_line('plain', 'the proxy gave no answer: %s' % _no_answer(result))
+    what = 'GET http://%s:443/ without a tunnel got %d%s' % (listed, code, ' X-Squid-Error: %s' % error
+                                                              if error else ' from upstream')
+    return Line('canary.plain_leaks', 'fail', 'Egress policy lets plain HTTP through to %s on port 443 (%s)'
+                % (listed, what),
+                fix='refresh deploy/egress-proxy.conf to the packaged rules (they allow a plain request only to '
+                    'port 80), then restart the proxy (ansible-playbook pi_dispatch.egress.site '
+                    '-e egress_proxy_state=restarted)')
+
+
+def notrun_line(probe, why):
+    return Line('canary.notrun', 'notrun', 'Egress canary probe %s did not run (%s)' % (probe, why))
+
+
+def not_checked_lines():
+    """The lines whose checks other pieces provide; until they land they say so, never pass."""
+    lines = []
+    for line_id in ('endpoints.probes', 'endpoints.overlay', 'isolation.peers'):
+        lines.append(Line(line_id, 'notrun', _BY_ID[line_id][3]))
+    return lines
+
+
+# --- the model-endpoints include: pure -------------------------------------------------------
+
+def include_line(proxy, declared_ids, render, running, mounted, mounted_path, declaration_path, mounts_include):
+    """The include line, or None when nothing is declared and all agrees (doctor then says nothing).
+
+    ``running``: the include as the running proxy reads it (None: unknown);
+    ``mounted``: the host file the proxy mounts (None: not readable here, e.g. a remote daemon);
+    ``render``: what the declaration renders.
+    """
+    ids = ', '.join(declared_ids) if declared_ids else 'nothing declared'
+    if not mounts_include:
+        if not declared_ids:
+            return None
+        return Line('endpoints.include_unmounted', 'fail',
+                    'Model endpoints: the proxy does not mount the include, so the declared endpoints (%s) stay '
+                    'unreachable until it is recreated' % ids,
+                    fix='ansible-playbook pi_dispatch.egress.site (recreates the proxy with the third mount)')
+    if running is None:
+        return Line('endpoints.include_unchecked', 'warn',
+                    'Model endpoints: the include could not be checked (reading it inside %s failed)' % proxy,
+                    fix='docker exec %s cat %s' % (proxy, _rules.CONTAINER_ENDPOINTS))
+    if mounted is not None and mounted != running:
+        return Line('endpoints.include_replaced', 'fail',
+                    "Model endpoints: the include inside the running proxy differs from the file it mounts (%s): "
+                    "the file was replaced (a rename, an editor's save) instead of written in place, and the proxy "
+                    "still reads the old one" % mounted_path,
+                    fix='recreate the proxy: docker rm -f %s, then ansible-playbook pi_dispatch.egress.site' % proxy)
+    if running != render:
+        return Line('endpoints.include_stale', 'fail',
+                    'Model endpoints: the include inside the running proxy is not the render of %s (%s)'
+                    % (declaration_path, ids),
+                    fix='ansible-playbook pi_dispatch.egress.endpoints (renders and reloads the proxy)')
+    if not declared_ids:
+        return None
+    return Line('endpoints.include', 'ok',
+                'Model endpoints: the include inside the running proxy matches model-endpoints.json (%s)' % ids)
+
+
+# --- proxy lines: pure ---------------------------------------------------------------------------
+
+def proxy_lines(proxy, attrs):
+    """Running and health lines from the proxy's inspect (None: no such container)."""
+    if attrs is None:
+        return [Line('proxy.missing', 'fail',
+                     'Egress proxy missing: there is no container %s, so every job is refused' % proxy,
+                     fix='ansible-playbook pi_dispatch.egress.site')]
+    state = attrs.get('State') or {}
+    if not state.get('Running') or state.get('Paused'):
+        status = 'paused' if state.get('Paused') else (state.get('Status') or 'not running')
+        return [Line('proxy.stopped', 'fail',
+                     'Egress proxy stopped (%s is %s), so every job is refused' % (proxy, status),
+                     fix=('docker unpause %s' if state.get('Paused') else 'docker start %s') % proxy)]
+    lines = [Line('proxy.running', 'ok', 'Egress proxy running (%s)' % proxy)]
+    health = (state.get('Health') or {}).get('Status')
+    if health == 'healthy':
+        lines.append(Line('proxy.health', 'ok', 'Egress proxy health: healthy'))
+    elif health == 'unhealthy':
+        lines.append(Line('proxy.health', 'fail', 'Egress proxy health: unhealthy (squid does not answer its own '
+                                                  'health check)',
+                          fix='docker logs --tail 50 %s, then docker restart %s' % (proxy, proxy)))
+    elif health == 'starting':
+        lines.append(Line('proxy.health', 'warn', 'Egress proxy health: starting',
+                          fix='wait a few seconds and re-run doctor; docker inspect %s shows the health log' % proxy))
+    else:
+        lines.append(Line('proxy.health', 'warn', 'Egress proxy health: no health check is configured',
+                          fix='ansible-playbook pi_dispatch.egress.site (recreates the proxy with its health check)'))
+    return lines
+
+
+PACKAGED_FILE = 'plugins/module_utils/_rules.py'
+
+
+def first_difference(text, packaged):
+    """(line number, folder's line, packaged line) of the first differing line, 1-based."""
+    ours, theirs = text.splitlines(), packaged.splitlines()
+    for number in range(max(len(ours), len(theirs))):
+        left = ours[number] if number < len(ours) else '<end of file>'
+        right = theirs[number] if number < len(theirs) else '<end of file>'
+        if left != right:
+            return number + 1, left, right
+    return None
+
+
+def rules_line(rules_path, text, error=None):
+    packaged = "%s in the pi_dispatch.egress collection, rules version %d" % (PACKAGED_FILE, _rules.RULES_VERSION)
+    if error is not None:
+        return Line('proxy.rules_unreadable', 'warn', 'Egress proxy rules: %s could not be read (%s)'
+                    % (rules_path, error), fix='ls -l %s; ansible-playbook pi_dispatch.egress.site lays it out '
+                                               'when missing' % rules_path)
+    if text == _rules.packaged_rules():
+        return Line('proxy.rules', 'ok', "Egress proxy rules: %s matches the collection's copy (%s)"
+                    % (rules_path, packaged))
+    where = first_difference(text, _rules.packaged_rules())
+    detail = ''
+    if where:
+        detail = '; first difference at line %d: %r, packaged %r' % where
+    return Line('proxy.rules_differ', 'warn', "Egress proxy rules: %s differs from the collection's copy (%s%s)"
+                % (rules_path, packaged, detail),
+                fix='review the difference; to go back to the packaged rules keep a backup '
+                    '(cp -p %s %s.bak-$(date -u +%%Y%%m%%dT%%H%%M%%SZ)), write the packaged copy in place, then '
+                    'restart the proxy (ansible-playbook pi_dispatch.egress.site -e egress_proxy_state=restarted)'
+                % (rules_path, rules_path))
+
+
+# --- the daemon side -------------------------------------------------------------------------------
+
+class Doctor(object):
+    """Runs the sweep and the canary against a daemon; collects lines and actions."""
+
+    def __init__(self, client, proxy, deploy_dir, probe_image, provider_host=DEFAULT_PROVIDER_HOST,
+                 deny_host=DEFAULT_DENY_HOST, listed_host=None, probe_timeout=DEFAULT_PROBE_TIMEOUT,
+                 start_grace=DEFAULT_PROBE_START_GRACE, docker_host=None, check_mode=False, pid=None,
+                 environ=None):
+        self.client = client
+        self.proxy = proxy
+        self.deploy_dir = deploy_dir
+        self.probe_image = probe_image
+        self.provider_host = provider_host
+        self.deny_host = deny_host
+        self.listed_host = listed_host or provider_host
+        self.probe_timeout = int(probe_timeout)
+        self.start_grace = int(start_grace)
+        self.docker_host = docker_host
+        self.check_mode = check_mode
+        self.pid = os.getpid() if pid is None else int(pid)
+        self.environ = os.environ if environ is None else environ
+        self.actions = []
+        self.timings = {}
+
+    # --- sweep --------------------------------------------------------------------------------
+    def sweep(self, alive=pid_alive):
+        local, resolved = daemon_locality(self.docker_host, self.environ)
+        lines = []
+        try:
+            nets = self.client.api.networks(filters={'name': NETWORK_PREFIX})
+        except Exception as exc:
+            return [unlisted_line(dc.api_message(exc))]
+        try:
+            all_probes = [c['Names'][0].lstrip('/') for c in
+                          self.client.api.containers(all=True, filters={'name': PROBE_PREFIX})]
+        except Exception:
+            all_probes = []
+        for net in sorted(nets, key=lambda n: n.get('Name') or ''):
+            name = net.get('Name') or ''
+            pid = parse_doctor_network(name)
+            decision = plan_leftover(name, self.pid, alive(pid) if pid is not None else True, local)
+            if decision in ('ignore', 'live'):
+                continue
+            if decision == 'remote':
+                lines.append(remote_line(name, resolved))
+                continue
+            line = self._sweep_one(name, pid, all_probes)
+            if line is not None:
+                lines.append(line)
+        return lines
+
+    def _sweep_one(self, name, pid, all_probes):
+        try:
+            attrs = self.client.api.inspect_network(name)
+        except Exception as exc:
+            if dc.is_not_found(exc):
+                return None
+            return unreadable_line(name, dc.api_message(exc))
+        attached = [(c.get('Name') or cid) for cid, c in (attrs.get('Containers') or {}).items()]
+        probes, others = split_attached(attached, pid)
+        # Stopped probes are not listed as endpoints; their names still say whose they are.
+        probes = sorted(set(probes) | set(p for p in all_probes if probe_pid(p) == pid))
+        if self.check_mode:
+            return would_sweep_line(name, probes, others)
+        removed, stuck = [], []
+        for probe in probes:
+            try:
+                self.client.api.remove_container(probe, force=True)
+                removed.append(probe)
+                self.actions.append('removed leftover probe %s' % probe)
+            except Exception as exc:
+                if not dc.is_not_found(exc):
+                    stuck.append(probe)
+        if stuck:
+            # The network is the only handle on that probe: keep it, detach nothing.
+            return sweep_line(name, removed=removed, stuck=stuck[0])
+        detached = []
+        for other in others:
+            try:
+                self.client.api.disconnect_container_from_network(other, name, force=True)
+                detached.append(other)
+                self.actions.append('detached %s from leftover %s' % (other, name))
+            except Exception as exc:
+                if not dc.is_not_found(exc):
+                    self.actions.append('detaching %s from %s failed: %s' % (other, name, dc.api_message(exc)))
+        try:
+            self.client.api.remove_network(name)
+            self.actions.append('removed leftover network %s' % name)
+        except Exception as exc:
+            if dc.is_not_found(exc):
+                return sweep_line(name, removed=removed, detached=detached, net_gone=True)
+            return sweep_line(name, removed=removed, detached=detached, rm_error=dc.api_message(exc))
+        return sweep_line(name, removed=removed, detached=detached)
+
+    # --- proxy ---------------------------------------------------------------------------------
+    def proxy_attrs(self):
+        try:
+            return self.client.api.inspect_container(self.proxy)
+        except Exception as exc:
+            if dc.is_not_found(exc):
+                return None
+            raise dc.EngineError('Inspecting container %s failed: %s' % (self.proxy, dc.api_message(exc)))
+
+    def rules_line(self):
+        path = _deployment.paths(self.deploy_dir)['rules']
+        try:
+            with open(path, 'r') as handle:
+                return rules_line(path, handle.read())
+        except (IOError, OSError) as exc:
+            return rules_line(path, None, error=exc.strerror or str(exc))
+
+    def include_lines(self, attrs):
+        """The include check (needs the model endpoints piece; says so when it is missing)."""
+        try:
+            from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+        except ImportError:
+            return [Line('endpoints.include_notchecked', 'notrun', _BY_ID['endpoints.include_notchecked'][3])]
+        declaration = _endpoints.default_path(self.deploy_dir)
+        try:
+            endpoints, declaration, _exists = _endpoints.load(self.deploy_dir)
+            render = _endpoints.render_include(endpoints)
+        except Exception as exc:  # EndpointsError names the file, the key and the fix
+            return [Line('endpoints.include_unchecked', 'warn',
+                         'Model endpoints: the include could not be checked (%s)' % ' '.join(str(exc).split()),
+                         fix='fix %s as the message says, then ansible-playbook pi_dispatch.egress.endpoints'
+                             % declaration)]
+        mount = [m for m in attrs.get('Mounts') or [] if m.get('Destination') == _rules.CONTAINER_ENDPOINTS]
+        running = mounted = None
+        mounted_path = mount[0].get('Source') if mount else None
+        if mount:
+            try:
+                rc, out = dc.exec_in(self.client.containers.get(self.proxy), ['cat', _rules.CONTAINER_ENDPOINTS])
+                running = out if rc == 0 else None
+            except Exception:
+                running = None
+            if daemon_locality(self.docker_host, self.environ)[0] and mounted_path:
+                try:
+                    with open(mounted_path, 'r') as handle:
+                        mounted = handle.read()
+                except (IOError, OSError):
+                    mounted = None
+        line = include_line(self.proxy, [e.id for e in endpoints], render, running, mounted, mounted_path,
+                            declaration, bool(mount))
+        return [line] if line else []
+
+    # --- canary --------------------------------------------------------------------------------
+    def _targets(self):
+        return dict(
+            provider='https://%s/' % self.provider_host,
+            deny='https://%s/' % self.deny_host,
+            plain='http://%s:443/' % self.listed_host,
+        )
+
+    def _run_probe(self, probe, url, net, results):
+        name = probe_name(probe, self.pid)
+        proxy_url = 'http://%s:%d' % (self.proxy, _rules.PROXY_PORT)
+        started = time.monotonic()
+        # What a job gets (docs/job-networks.md): uppercase proxy variables only.
+        env = {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
+               'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
+        try:
+            container = self.client.containers.run(
+                self.probe_image, ['sh', '-c', probe_script(url, proxy_url, self.probe_timeout)],
+                name=name, detach=True, network=net, environment=env, labels={LABEL: str(self.pid)},
+                security_opt=['no-new-privileges:true'], cap_drop=['ALL'])
+        except Exception as exc:
+            results[probe] = (None, 'the container could not start: %s' % dc.api_message(exc))
+            self.timings[probe] = time.monotonic() - started
+            return
+        try:
+            wait = self.probe_timeout + self.start_grace
+            try:
+                container.wait(timeout=wait)
+            except Exception:
+                results[probe] = (None, 'it did not finish within %ss' % wait)
+                return
+            logs = container.logs(stdout=True, stderr=True)
+            text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
+            parsed = parse_probe_output(text)
+            results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
+                              % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
+        finally:
+            self.timings[probe] = time.monotonic() - started
+
+    def _classify(self, results):
+        lines = []
+        for probe, fn, host in (('provider', classify_provider, self.provider_host),
+                                ('deny', classify_deny, self.deny_host),
+                                ('plain', classify_plain, self.listed_host)):
+            parsed, why = results.get(probe, (None, 'it did not finish within %ss' % (
+                self.probe_timeout + self.start_grace + 15)))
+            lines.append(fn(host, parsed, why_not=why))
+        return lines
+
+    def canary(self):
+        """Create the throwaway network, run the probes concurrently, tear down (always)."""
+        net = network_name(self.pid)
+        try:
+            if dc.get_image(self.client, self.probe_image) is None:
+                return [Line('canary.setup', 'notrun',
+                             'Egress canary could not be set up (the probe image %s is not on this daemon), so no '
+                             'probe ran' % self.probe_image,
+                             fix='build the probe image like a job image (it needs sh and curl) and set '
+                                 'doctor_probe_image')]
+        except dc.EngineError as exc:
+            return [Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % exc)]
+        results = {}
+        lines = []
+        created = False
+        try:
+            try:
+                self.client.api.create_network(net, driver='bridge', internal=True, labels={LABEL: str(self.pid)})
+                created = True
+                self.client.api.connect_container_to_network(self.proxy, net)
+            except Exception as exc:
+                lines.append(Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s %s: %s), so no '
+                                                            'probe ran' % ('attaching the proxy to' if created else
+                                                                           'creating', net, dc.api_message(exc)),
+                                  fix='docker network ls --filter name=%s; docker inspect %s'
+                                      % (NETWORK_PREFIX, self.proxy)))
+                return lines
+            threads = []
+            for probe, url in sorted(self._targets().items()):
+                thread = threading.Thread(target=self._run_probe, args=(probe, url, net, results))
+                thread.daemon = True
+                thread.start()
+                threads.append(thread)
+            deadline = time.monotonic() + self.probe_timeout + self.start_grace + 15
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            lines.extend(self._classify(results))
+        finally:
+            lines.extend(self.teardown(net, created))
+        return lines
+
+    def teardown(self, net, created):
+        """Remove this run's probes and network; a line for anything that would not go."""
+        lines = []
+        stuck = None
+        for probe in PROBES:
+            name = probe_name(probe, self.pid)
+            try:
+                self.client.api.remove_container(name, force=True)
+            except Exception as exc:
+                if not dc.is_not_found(exc):
+                    stuck = stuck or name
+        if not created:
+            return lines
+        if stuck:
+            lines.append(Line('canary.cleanup_kept', 'warn',
+                              'Egress canary: %s is kept, because the probe %s could not be removed and the network '
+                              'is the only way left to find it: docker rm -f %s' % (net, stuck, stuck),
+                              fix='docker rm -f %s, then re-run doctor' % stuck))
+            return lines
+        try:
+            self.client.api.disconnect_container_from_network(self.proxy, net, force=True)
+        except Exception:  # the removal below reports what matters
+            pass
+        try:
+            self.client.api.remove_network(net)
+        except Exception as exc:
+            if not dc.is_not_found(exc):
+                lines.append(Line('canary.cleanup_rm', 'warn',
+                                  'Egress canary: the network %s could not be removed: docker network rm %s (%s)'
+                                  % (net, net, dc.api_message(exc)),
+                                  fix='docker network inspect %s, remove what is on it, then docker network rm %s'
+                                      % (net, net)))
+        return lines
+
+    # --- everything ------------------------------------------------------------------------------
+    def run(self):
+        started = time.monotonic()
+        lines = []
+        attrs = self.proxy_attrs()
+        lines.extend(proxy_lines(self.proxy, attrs))
+        lines.append(self.rules_line())
+        leftovers = self.sweep()
+        running = attrs is not None and (attrs.get('State') or {}).get('Running') and \
+            not (attrs.get('State') or {}).get('Paused')
+        if running:
+            lines.extend(self.include_lines(attrs))
+            lines.extend(self.canary())
+        else:
+            for probe in PROBES:
+                lines.append(notrun_line(probe, 'the proxy is not running'))
+        lines.extend(not_checked_lines())
+        lines.extend(leftovers)
+        self.timings['total'] = time.monotonic() - started
+        return lines

@@ -1,0 +1,208 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_canary
+short_description: Prove the egress policy with throwaway probes, sweep a killed doctor's leftovers, report
+version_added: 0.1.0
+description:
+  - The doctor's engine. Checks the proxy (running, health, rules against the collection's copy), sweeps
+    what a killed earlier doctor run left behind, then runs the canary - an C(--internal) network
+    C(pi-dispatch-egress-doctor-<pid>) with the proxy attached and three probe containers
+    C(pi-dispatch-egress-probe-<probe>-<pid>) run concurrently from I(probe_image) - and removes its
+    own objects at the end of the run, reporting anything it could not remove.
+  - Probes, each bounded by I(probe_timeout) seconds of curl plus I(probe_start_grace) seconds for the
+    container; the provider is reached (any HTTP answer through a tunnel, e.g. a 401, passes), an
+    unlisted host is denied (the proxy's 403 to the CONNECT), and a plain HTTP request to a listed
+    host on port 443 is refused by squid itself (403 with C(X-Squid-Error) starting C(ERR_ACCESS_DENIED)).
+    A probe that did not run is reported as not run, never as a pass.
+  - The sweep removes networks named C(pi-dispatch-egress-doctor-<pid>) (and their probes) whose pid is
+    no longer alive on this host, and only when the daemon is on this host (a unix socket). A probe that
+    cannot be removed keeps its network. See docs/doctor.md for every line.
+  - Model endpoint, overlay and job-isolation lines say C(not checked yet) until those checks land.
+author:
+  - pi-dispatch egress team
+attributes:
+  check_mode:
+    support: full
+    description:
+      - The canary still runs in check mode, because its only changes are its own throwaway network
+        and probes, which it removes before it returns (the report is what check mode asks for).
+        The sweep of an EARLIER run's leftovers is only reported (C(would be removed)), never done.
+  diff_mode:
+    support: none
+    description: Nothing persistent is changed, so there is nothing to diff.
+options:
+  proxy_name:
+    description: The proxy container.
+    type: str
+    default: pi-dispatch-egress-proxy
+  deploy_dir:
+    description: The deployment folder whose C(deploy/egress-proxy.conf) is compared with the collection's copy.
+    type: path
+    default: /opt/pi-dispatch/egress
+  probe_image:
+    description:
+      - Image the probe containers run, built like a job image (not the proxy image). It needs C(sh) and C(curl).
+    type: str
+    required: true
+  provider_host:
+    description:
+      - The provider the canary must reach (unauthenticated, so nothing is spent). A real public host by default;
+        tests set a C(.test) name served by a fake upstream.
+    type: str
+    default: api.anthropic.com
+  deny_host:
+    description: An unlisted host that resolves and answers, so a proxy that lets everything out is caught.
+    type: str
+    default: example.com
+  listed_host:
+    description: A listed host for the plain-HTTP-on-443 probe; default I(provider_host).
+    type: str
+  probe_timeout:
+    description: Seconds curl may take in each probe (connect and total).
+    type: int
+    default: 10
+  probe_start_grace:
+    description: Extra seconds a probe container may take to start and exit.
+    type: int
+    default: 20
+  sweep:
+    description: Sweep leftovers of earlier doctor runs before the canary.
+    type: bool
+    default: true
+  docker_host:
+    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)). A daemon that is not a
+      unix socket on this host is never swept, only reported.
+    type: str
+    aliases: [docker_url]
+  docker_timeout:
+    description: Seconds an API call may take.
+    type: int
+    default: 60
+requirements:
+  - Docker SDK for Python >= 7.0
+seealso:
+  - module: pi_dispatch.egress.egress_proxy
+'''
+
+EXAMPLES = r'''
+- name: Run the doctor's checks (tests use .test names served by a fake upstream)
+  pi_dispatch.egress.egress_canary:
+    probe_image: pi-dispatch-job:latest
+  register: doctor
+
+- name: Show the report
+  ansible.builtin.debug:
+    msg: "{{ doctor.report.splitlines() }}"
+'''
+
+RETURN = r'''
+lines:
+  description: Every check, in report order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: The line's id (docs/doctor.md has one row per id).
+      type: str
+    status:
+      description: ok, warn, fail or notrun.
+      type: str
+    message:
+      description: The sentence.
+      type: str
+    fix:
+      description: The command that fixes it (every warn and fail has one where doctor knows it).
+      type: str
+report:
+  description: The human report (grouped, with symbols and a summary count).
+  returned: always
+  type: str
+json_lines:
+  description: The same results, one JSON object per line (id, status, message, fix).
+  returned: always
+  type: str
+summary:
+  description: Count per status.
+  returned: always
+  type: dict
+  sample: {ok: 6, warn: 0, fail: 0, notrun: 4}
+actions:
+  description: What the sweep removed or detached (or nothing in check mode).
+  returned: always
+  type: list
+  elements: str
+timings:
+  description: Seconds per probe and in total.
+  returned: always
+  type: dict
+'''
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+
+
+def main():
+    argument_spec = dict(
+        proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
+        deploy_dir=dict(type='path', default='/opt/pi-dispatch/egress'),
+        probe_image=dict(type='str', required=True),
+        provider_host=dict(type='str', default=_doctor.DEFAULT_PROVIDER_HOST),
+        deny_host=dict(type='str', default=_doctor.DEFAULT_DENY_HOST),
+        listed_host=dict(type='str'),
+        probe_timeout=dict(type='int', default=_doctor.DEFAULT_PROBE_TIMEOUT),
+        probe_start_grace=dict(type='int', default=_doctor.DEFAULT_PROBE_START_GRACE),
+        sweep=dict(type='bool', default=True),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if dc.docker is None:
+        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    p = module.params
+    if p['probe_timeout'] < 1 or p['probe_start_grace'] < 1:
+        module.fail_json(msg='probe_timeout and probe_start_grace must be at least 1 second')
+    for key in ('provider_host', 'deny_host', 'listed_host'):
+        value = p[key]
+        if value is not None and (not value or any(ch in value for ch in "/:'\" \t\n")):
+            module.fail_json(msg='%s %r is not a host name; give a bare name such as api.anthropic.com' % (key, value))
+    try:
+        client = dc.connect(p['docker_host'], p['docker_timeout'])
+    except dc.EngineError as exc:
+        module.fail_json(msg=str(exc), retryable=exc.retryable)
+
+    doctor = _doctor.Doctor(client, p['proxy_name'], p['deploy_dir'], p['probe_image'],
+                            provider_host=p['provider_host'], deny_host=p['deny_host'],
+                            listed_host=p['listed_host'], probe_timeout=p['probe_timeout'],
+                            start_grace=p['probe_start_grace'], docker_host=p['docker_host'],
+                            check_mode=module.check_mode)
+    if not p['sweep']:
+        doctor.sweep = lambda alive=None: []
+    try:
+        lines = doctor.run()
+    except dc.EngineError as exc:
+        module.fail_json(msg=str(exc), actions=doctor.actions)
+    would_sweep = module.check_mode and any(line.id == 'leftovers.would_sweep' for line in lines)
+    module.exit_json(
+        changed=bool(doctor.actions) or would_sweep,
+        lines=[line.as_dict() for line in lines],
+        report=_doctor.render_report(lines),
+        json_lines=_doctor.json_lines(lines),
+        summary=_doctor.summary(lines),
+        actions=doctor.actions,
+        timings=dict((k, round(v, 3)) for k, v in doctor.timings.items()),
+    )
+
+
+if __name__ == '__main__':
+    main()

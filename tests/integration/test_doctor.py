@@ -1,0 +1,290 @@
+"""The doctor against the real engine, a real squid and the fake upstream.
+
+Every probe targets .test names served by the fake upstream (never the real
+default hosts): provider api.provider.test, deny denied.test, and the plain
+probe's listed host api.provider.test. The broken-rules case runs on this
+file's own proxy (h7-proxy), never on the shared egress_env proxy's files.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import run_playbook
+
+docker = pytest.importorskip('docker')
+
+OWN_PROXY = 'h7-proxy'
+REPORT_DIR = os.environ.get('PI_DOCTOR_REPORT_DIR')
+
+
+def doctor_vars(env, json_path, **more):
+    extra = {
+        'doctor_proxy_name': env.proxy,
+        'doctor_deploy_dir': env.deploy_dir,
+        'doctor_probe_image': env.tools_image,
+        'doctor_provider_host': 'api.provider.test',
+        'doctor_deny_host': 'denied.test',
+        'doctor_listed_host': 'api.provider.test',
+        'doctor_probe_timeout': 5,
+        'doctor_probe_start_grace': 20,
+        'doctor_json_path': str(json_path),
+    }
+    extra.update(more)
+    return extra
+
+
+def run_doctor(env, tmp_path, name, **more):
+    json_path = tmp_path / ('%s.jsonl' % name)
+    rc, out, recap = run_playbook('playbooks/doctor.yml', doctor_vars(env, json_path, **more), timeout=300)
+    if REPORT_DIR:
+        with open(os.path.join(REPORT_DIR, 'doctor-%s.log' % name), 'w') as handle:
+            handle.write(out)
+    assert json_path.exists(), out[-4000:]
+    lines = [json.loads(text) for text in json_path.read_text().splitlines() if text.strip()]
+    return rc, out, dict((line['id'], line) for line in lines), lines
+
+
+def _rm_container(client, name):
+    try:
+        client.api.remove_container(name, force=True)
+    except docker.errors.NotFound:
+        pass
+
+
+def _rm_network(client, name):
+    try:
+        client.api.remove_network(name)
+    except docker.errors.NotFound:
+        pass
+
+
+def _no_doctor_objects_of(client, pid):
+    nets = [n['Name'] for n in client.api.networks(filters={'name': 'pi-dispatch-egress-doctor-%d' % pid})]
+    return [n for n in nets if n == 'pi-dispatch-egress-doctor-%d' % pid]
+
+
+def test_healthy_deployment_all_pass(egress_env, tmp_path):
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'healthy')
+    assert rc == 0, out[-4000:]
+    for line_id in ('proxy.running', 'proxy.health', 'proxy.rules', 'canary.provider', 'canary.deny',
+                    'canary.plain'):
+        assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
+    assert '401' in by_id['canary.provider']['message']
+    assert 'ERR_ACCESS_DENIED' in by_id['canary.plain']['message']
+    # Nothing fails; the pieces other issues provide say "not checked yet", never pass.
+    assert not [line for line in lines if line['status'] == 'fail']
+    assert not [line for line in lines if line['id'].startswith('endpoints.include')]  # nothing declared
+    for line_id in ('endpoints.probes', 'endpoints.overlay', 'isolation.peers'):
+        assert by_id[line_id]['status'] == 'notrun' and 'not checked yet' in by_id[line_id]['message']
+    # Its own objects are gone.
+    client = egress_env.client
+    assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
+    assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
+
+
+def test_check_mode_runs_probes_and_changes_nothing(egress_env, tmp_path):
+    json_path = tmp_path / 'check.jsonl'
+    rc, out, _recap = run_playbook('playbooks/doctor.yml', doctor_vars(egress_env, json_path), check=True,
+                                   timeout=300)
+    assert rc == 0, out[-4000:]
+    assert 'Egress policy denies an unlisted host' in out
+    assert not json_path.exists()  # check mode writes no report file
+
+
+def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
+    client = egress_env.client
+    dead = subprocess.Popen(['true'])
+    dead.wait()
+    live = subprocess.Popen(['sleep', '300'])
+    made = []
+    try:
+        for pid in (dead.pid, live.pid):
+            net = 'pi-dispatch-egress-doctor-%d' % pid
+            probe = 'pi-dispatch-egress-probe-provider-%d' % pid
+            _rm_container(client, probe)
+            _rm_network(client, net)
+            client.networks.create(net, driver='bridge', internal=True)
+            client.containers.run(egress_env.tools_image, ['sleep', '300'], name=probe, detach=True, network=net)
+            made.append((net, probe))
+        # A killed run also left the proxy attached to its network: detached and named.
+        client.networks.get(made[0][0]).connect(egress_env.proxy)
+        rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'leftovers')
+        assert rc == 0, out[-4000:]
+        dead_net, dead_probe = made[0]
+        live_net, live_probe = made[1]
+        swept = [line for line in lines if line['id'] == 'leftovers.removed' and dead_net in line['message']]
+        assert swept and swept[0]['status'] == 'ok', lines
+        assert dead_probe in swept[0]['message']
+        assert 'detaching %s' % egress_env.proxy in swept[0]['message']
+        assert made[0][0] not in client.api.inspect_container(egress_env.proxy)['NetworkSettings']['Networks']
+        assert 'EARLIER doctor run' in swept[0]['message']
+        assert not _no_doctor_objects_of(client, dead.pid)
+        with pytest.raises(docker.errors.NotFound):
+            client.api.inspect_container(dead_probe)
+        # The live pid's leftover is another doctor's: untouched and unmentioned.
+        assert not [line for line in lines if live_net in line['message']], lines
+        client.api.inspect_network(live_net)
+        assert client.api.inspect_container(live_probe)['State']['Running']
+    finally:
+        live.kill()
+        live.wait()
+        for net, probe in made:
+            _rm_container(client, probe)
+            _rm_network(client, net)
+
+
+@pytest.fixture
+def own_proxy(egress_env, tmp_path_factory):
+    """h7-proxy: a proxy of this file's own, on the shared upstream network."""
+    client = egress_env.client
+    deploy_dir = str(tmp_path_factory.mktemp('h7deploy') / 'egress')
+    _rm_container(client, OWN_PROXY)
+    rc, out, _recap = run_playbook('playbooks/site.yml', {
+        'egress_deploy_dir': deploy_dir,
+        'egress_proxy_name': OWN_PROXY,
+        'egress_proxy_upstream_network': egress_env.upstream_net,
+        'egress_proxy_network_internal': True,
+        'egress_allowlist_seed': egress_env.allowlist,
+        'egress_proxy_install_debootstrap': False,
+    })
+    assert rc == 0, out[-4000:]
+    try:
+        yield deploy_dir
+    finally:
+        _rm_container(client, OWN_PROXY)
+
+
+def _wait_healthy(client, name, deadline_s=60):
+    end = time.monotonic() + deadline_s
+    status = None
+    while time.monotonic() < end:
+        state = client.api.inspect_container(name)['State']
+        status = (state.get('Health') or {}).get('Status')
+        if status == 'healthy':
+            return
+        time.sleep(0.5)
+    raise AssertionError('%s not healthy within %ss (%s)' % (name, deadline_s, status))
+
+
+def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path):
+    client = egress_env.client
+    rules = os.path.join(own_proxy, 'deploy', 'egress-proxy.conf')
+    inode = os.stat(rules).st_ino
+    with open(rules, 'r+') as handle:  # in place: the proxy reads it through a single-file bind mount
+        text = handle.read()
+        marker = 'http_access deny pi_allowlist pi_this_host'
+        assert marker in text
+        text = text.replace(marker, 'http_access allow all\n' + marker, 1)
+        handle.seek(0)
+        handle.write(text)
+        handle.truncate()
+    assert os.stat(rules).st_ino == inode
+    client.api.restart(OWN_PROXY, timeout=10)
+    _wait_healthy(client, OWN_PROXY)
+    # A declaration nobody rendered: the include inside the proxy is stale.
+    with open(os.path.join(own_proxy, 'model-endpoints.json'), 'w') as handle:
+        json.dump({'version': 1, 'endpoints': [{'id': 'm1', 'host': 'models.test', 'port': 11434, 'slots': 1}]},
+                  handle)
+
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'leaky', doctor_proxy_name=OWN_PROXY,
+                                       doctor_deploy_dir=own_proxy)
+    assert rc != 0, out[-4000:]
+    assert by_id['canary.deny_leaks']['status'] == 'fail', lines
+    assert 'denied.test' in by_id['canary.deny_leaks']['message']
+    assert by_id['canary.plain_leaks']['status'] == 'fail', lines
+    assert by_id['canary.provider']['status'] == 'ok', lines
+    differ = by_id['proxy.rules_differ']
+    assert differ['status'] == 'warn' and rules in differ['message']
+    assert 'plugins/module_utils/_rules.py' in differ['message']
+    assert by_id['endpoints.include_stale']['status'] == 'fail', lines
+    for line in lines:
+        if line['status'] in ('warn', 'fail'):
+            assert line['fix'], line
+
+    # Proxy stopped: a hard failure naming the start command; no probe claims a pass.
+    client.api.stop(OWN_PROXY, timeout=10)
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'stopped', doctor_proxy_name=OWN_PROXY,
+                                       doctor_deploy_dir=own_proxy)
+    assert rc != 0, out[-4000:]
+    assert by_id['proxy.stopped']['status'] == 'fail'
+    assert by_id['proxy.stopped']['fix'] == 'docker start %s' % OWN_PROXY
+    assert not [line for line in lines if line['id'].startswith('canary.') and line['status'] == 'ok']
+
+
+def _import_doctor():
+    """_doctor from this checkout (the way tests/unit/conftest.py exposes the collection)."""
+    import sys
+    import tempfile
+    parts = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).split(os.sep)
+    root = os.sep.join(parts)
+    if parts[-3:-1] == ['ansible_collections', 'pi_dispatch']:
+        base = os.sep.join(parts[:-3])
+    else:
+        base = tempfile.mkdtemp(prefix='pi-egress-it-')
+        os.makedirs(os.path.join(base, 'ansible_collections', 'pi_dispatch'))
+        os.symlink(root, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+    return _doctor
+
+
+class _StuckAPI(object):
+    """The real API client, except that removing one container fails as a wedged daemon would."""
+
+    def __init__(self, api, stuck):
+        self._api = api
+        self._stuck = stuck
+
+    def remove_container(self, name, **kwargs):
+        if name == self._stuck:
+            raise docker.errors.APIError('simulated: device or resource busy')
+        return self._api.remove_container(name, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._api, name)
+
+
+class _StuckClient(object):
+    def __init__(self, client, stuck):
+        self.api = _StuckAPI(client.api, stuck)
+        self.containers = client.containers
+        self.networks = client.networks
+        self.images = client.images
+
+
+def test_stuck_probe_keeps_the_network(egress_env):
+    """A probe the daemon will not remove: the real network is kept (the only handle on it) and reported."""
+    _doctor = _import_doctor()
+    client = egress_env.client
+    dead = subprocess.Popen(['true'])
+    dead.wait()
+    net = 'pi-dispatch-egress-doctor-%d' % dead.pid
+    probe = 'pi-dispatch-egress-probe-deny-%d' % dead.pid
+    _rm_container(client, probe)
+    _rm_network(client, net)
+    client.networks.create(net, driver='bridge', internal=True)
+    client.containers.run(egress_env.tools_image, ['sleep', '300'], name=probe, detach=True, network=net)
+    try:
+        doc = _doctor.Doctor(_StuckClient(client, probe), egress_env.proxy, egress_env.deploy_dir,
+                             egress_env.tools_image, environ={})
+        lines = [line for line in doc.sweep() if net in line.message]
+        assert [(line.id, line.status) for line in lines] == [('leftovers.kept', 'warn')], lines
+        assert 'docker rm -f %s' % probe in lines[0].message
+        client.api.inspect_network(net)  # kept
+        assert client.api.inspect_container(probe)['State']['Running']
+        # Once the probe goes, the next run sweeps the network.
+        _rm_container(client, probe)
+        lines = [line for line in _doctor.Doctor(client, egress_env.proxy, egress_env.deploy_dir,
+                                                 egress_env.tools_image, environ={}).sweep()
+                 if net in line.message]
+        assert [line.id for line in lines] == ['leftovers.removed'], lines
+        with pytest.raises(docker.errors.NotFound):
+            client.api.inspect_network(net)
+    finally:
+        _rm_container(client, probe)
+        _rm_network(client, net)

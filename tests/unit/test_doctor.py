@@ -1,0 +1,513 @@
+"""The doctor's pure decisions: the sweep table, probe classification, the report, the docs table."""
+
+import json
+import os
+import re
+
+import pytest
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OWN = 4242
+
+
+# --- names ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('name, pid', [
+    ('pi-dispatch-egress-doctor-123', 123),
+    ('pi-dispatch-egress-doctor-1', 1),
+    ('pi-dispatch-egress-doctor-', None),
+    ('pi-dispatch-egress-doctor-12a', None),
+    ('pi-dispatch-egress-doctor-12-net', None),
+    ('xpi-dispatch-egress-doctor-12', None),
+    ('pi-dispatch-egress-doctor-12\n', None),
+    ('pi-dispatch-egress-out', None),
+    ('pi-job-12-net', None),
+])
+def test_parse_doctor_network(name, pid):
+    assert _doctor.parse_doctor_network(name) == pid
+
+
+@pytest.mark.parametrize('name, pid', [
+    ('pi-dispatch-egress-probe-provider-77', 77),
+    ('/pi-dispatch-egress-probe-deny-77', 77),
+    ('pi-dispatch-egress-probe-endpoint-mac-ollama-tunnel-77', 77),
+    ('pi-dispatch-egress-probe-77', None),
+    ('pi-dispatch-egress-probe-plain-', None),
+    ('pi-job-77', None),
+])
+def test_probe_pid(name, pid):
+    assert _doctor.probe_pid(name) == pid
+
+
+def test_own_names():
+    assert _doctor.network_name(9) == 'pi-dispatch-egress-doctor-9'
+    assert _doctor.probe_name('deny', 9) == 'pi-dispatch-egress-probe-deny-9'
+
+
+# --- the sweep decision table --------------------------------------------------------------------
+
+@pytest.mark.parametrize('case, name, alive, local, decision', [
+    ('dead pid, local daemon', 'pi-dispatch-egress-doctor-100', False, True, 'sweep'),
+    ('live pid, local daemon', 'pi-dispatch-egress-doctor-100', True, True, 'live'),
+    ('dead pid, remote daemon', 'pi-dispatch-egress-doctor-100', False, False, 'remote'),
+    ('live pid, remote daemon', 'pi-dispatch-egress-doctor-100', True, False, 'remote'),
+    ('this run', 'pi-dispatch-egress-doctor-%d' % OWN, False, True, 'ignore'),
+    ('not exactly a canary name', 'pi-dispatch-egress-doctor-100-old', False, True, 'ignore'),
+    ('prefix only', 'pi-dispatch-egress-doctor-', False, True, 'ignore'),
+])
+def test_plan_leftover(case, name, alive, local, decision):
+    assert _doctor.plan_leftover(name, OWN, alive, local) == decision, case
+
+
+@pytest.mark.parametrize('docker_host, env, local', [
+    (None, {}, True),
+    (None, {'DOCKER_HOST': 'unix:///run/user/1000/docker.sock'}, True),
+    ('unix:///var/run/docker.sock', {}, True),
+    (None, {'DOCKER_HOST': 'tcp://10.0.0.5:2376'}, False),
+    ('ssh://builder@ci', {}, False),
+    ('tcp://127.0.0.1:2375', {'DOCKER_HOST': 'unix:///var/run/docker.sock'}, False),
+])
+def test_daemon_locality(docker_host, env, local):
+    got, resolved = _doctor.daemon_locality(docker_host, env)
+    assert got is local
+    assert resolved.startswith('resolved ')
+
+
+def test_pid_alive():
+    assert _doctor.pid_alive(os.getpid())
+    assert _doctor.pid_alive(0)  # nonsense is never called dead
+
+
+def test_split_attached_probes_and_foreign():
+    probes, others = _doctor.split_attached(
+        ['pi-dispatch-egress-probe-deny-5', 'pi-dispatch-egress-proxy', 'pi-dispatch-egress-probe-deny-6',
+         '/pi-dispatch-egress-probe-provider-5', 'my-app'], 5)
+    assert probes == ['pi-dispatch-egress-probe-deny-5', 'pi-dispatch-egress-probe-provider-5']
+    # A probe of ANOTHER pid on this network is not this network's probe: detached, not removed.
+    assert others == ['my-app', 'pi-dispatch-egress-probe-deny-6', 'pi-dispatch-egress-proxy']
+
+
+NET = 'pi-dispatch-egress-doctor-5'
+
+
+@pytest.mark.parametrize('kwargs, line_id, status, words', [
+    (dict(removed=['p1'], detached=['proxy']), 'leftovers.removed', 'ok',
+     ['removed %s' % NET, 'after removing p1 and detaching proxy', 'EARLIER']),
+    (dict(), 'leftovers.removed', 'ok', ['removing nothing and detaching nothing']),
+    (dict(removed=['p1'], stuck='p2'), 'leftovers.kept', 'warn', ['%s is kept' % NET, 'docker rm -f p2']),
+    (dict(removed=['p1'], rm_error='has active endpoints'), 'leftovers.rm_failed', 'warn',
+     ['docker network rm %s' % NET, 'has active endpoints']),
+    (dict(removed=['p1'], net_gone=True), 'leftovers.gone', 'ok', ['removed p1 on', 'the network itself is gone']),
+    (dict(detached=['app'], net_gone=True), 'leftovers.gone', 'ok', ['detached app on']),
+])
+def test_sweep_line(kwargs, line_id, status, words):
+    line = _doctor.sweep_line(NET, **kwargs)
+    assert (line.id, line.status) == (line_id, status)
+    for word in words:
+        assert word in line.message
+    if status == 'warn':
+        assert line.fix
+
+
+def test_sweep_line_nothing_done_and_gone_is_no_line():
+    assert _doctor.sweep_line(NET, net_gone=True) is None
+
+
+# --- the sweep against a fake daemon ----------------------------------------------------------
+
+class NotFound(Exception):
+    pass
+
+
+class FakeAPI(object):
+    def __init__(self, nets, attached=None, containers=(), stuck=(), list_error=None, inspect_error=None,
+                 rm_error=None):
+        self.nets = list(nets)
+        self.attached = attached or {}
+        self.all_containers = list(containers)
+        self.stuck = set(stuck)
+        self.list_error = list_error
+        self.inspect_error = inspect_error
+        self.rm_error = rm_error
+        self.calls = []
+
+    def networks(self, filters=None):
+        if self.list_error:
+            raise Exception(self.list_error)
+        return [dict(Name=n) for n in self.nets if n.startswith(filters['name'])]
+
+    def containers(self, all=False, filters=None):
+        return [dict(Names=['/' + n]) for n in self.all_containers if n.startswith(filters['name'])]
+
+    def inspect_network(self, name):
+        if self.inspect_error:
+            raise Exception(self.inspect_error)
+        return dict(Containers=dict(('id%d' % i, dict(Name=n)) for i, n in enumerate(self.attached.get(name, []))))
+
+    def remove_container(self, name, force=False):
+        self.calls.append(('rm', name))
+        if name in self.stuck:
+            raise Exception('device or resource busy')
+
+    def disconnect_container_from_network(self, container, net, force=False):
+        self.calls.append(('disconnect', container, net))
+
+    def remove_network(self, name):
+        self.calls.append(('network rm', name))
+        if self.rm_error:
+            raise Exception(self.rm_error)
+
+
+class FakeClient(object):
+    def __init__(self, api):
+        self.api = api
+
+
+@pytest.fixture(autouse=True)
+def fake_not_found(monkeypatch):
+    monkeypatch.setattr(_doctor.dc, 'is_not_found', lambda exc: isinstance(exc, NotFound))
+    monkeypatch.setattr(_doctor.dc, 'api_message', lambda exc: str(exc))
+
+
+def doctor(api, docker_host=None, check_mode=False):
+    return _doctor.Doctor(FakeClient(api), 'pi-dispatch-egress-proxy', '/nonexistent', 'img',
+                          docker_host=docker_host, check_mode=check_mode, pid=OWN, environ={})
+
+
+def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100'],
+                  attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100',
+                                                             'pi-dispatch-egress-proxy']},
+                  containers=['pi-dispatch-egress-probe-plain-100', 'pi-dispatch-egress-probe-plain-101'])
+    doc = doctor(api)
+    lines = doc.sweep(alive=lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.removed']
+    assert 'pi-dispatch-egress-probe-deny-100, pi-dispatch-egress-probe-plain-100' in lines[0].message
+    assert 'detaching pi-dispatch-egress-proxy' in lines[0].message
+    assert api.calls == [('rm', 'pi-dispatch-egress-probe-deny-100'), ('rm', 'pi-dispatch-egress-probe-plain-100'),
+                         ('disconnect', 'pi-dispatch-egress-proxy', 'pi-dispatch-egress-doctor-100'),
+                         ('network rm', 'pi-dispatch-egress-doctor-100')]
+    assert doc.actions
+
+
+def test_sweep_live_pid_and_own_pid_are_left_alone():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100', 'pi-dispatch-egress-doctor-%d' % OWN],
+                  attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100']})
+    assert doctor(api).sweep(alive=lambda pid: True) == []
+    assert doctor(api).sweep(alive=lambda pid: pid == 100) == []  # own pid 'dead': still ignored
+    assert api.calls == []
+
+
+def test_sweep_remote_daemon_reports_never_sweeps():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100'])
+    lines = doctor(api, docker_host='tcp://10.1.2.3:2376').sweep(alive=lambda pid: False)
+    assert [(line.id, line.status) for line in lines] == [('leftovers.remote', 'warn')]
+    assert 'tcp://10.1.2.3:2376' in lines[0].message
+    assert lines[0].fix == 'check on the host that daemon belongs to, then docker network rm ' \
+                           'pi-dispatch-egress-doctor-100 there'
+    assert api.calls == []
+
+
+def test_sweep_stuck_probe_keeps_network():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100'],
+                  attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100',
+                                                             'pi-dispatch-egress-probe-plain-100', 'other']},
+                  stuck=['pi-dispatch-egress-probe-deny-100'])
+    lines = doctor(api).sweep(alive=lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.kept']
+    assert 'docker rm -f pi-dispatch-egress-probe-deny-100' in lines[0].message
+    assert ('network rm', 'pi-dispatch-egress-doctor-100') not in api.calls
+    assert not [call for call in api.calls if call[0] == 'disconnect']
+    assert ('rm', 'pi-dispatch-egress-probe-plain-100') in api.calls  # the others still go
+
+
+def test_sweep_listing_fails():
+    lines = doctor(FakeAPI([], list_error='connection reset')).sweep(alive=lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.unlisted']
+    assert 'docker network ls --filter name=pi-dispatch-egress-doctor-' in lines[0].message
+
+
+def test_sweep_inspect_fails_touches_nothing():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100'], inspect_error='permission denied')
+    lines = doctor(api).sweep(alive=lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.unreadable']
+    assert 'docker network inspect pi-dispatch-egress-doctor-100' in lines[0].message
+    assert api.calls == []
+
+
+def test_sweep_network_rm_fails():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100'], rm_error='has active endpoints')
+    lines = doctor(api).sweep(alive=lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.rm_failed']
+
+
+def test_sweep_non_matching_names_ignored():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100-x', 'pi-dispatch-egress-doctor-abc'])
+    assert doctor(api).sweep(alive=lambda pid: False) == []
+    assert api.calls == []
+
+
+def test_sweep_check_mode_reports_only():
+    api = FakeAPI(['pi-dispatch-egress-doctor-100'],
+                  attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100', 'app']})
+    lines = doctor(api, check_mode=True).sweep(alive=lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.would_sweep']
+    assert 'pi-dispatch-egress-probe-deny-100' in lines[0].message and 'detaching app' in lines[0].message
+    assert api.calls == []
+
+
+def test_teardown_stuck_probe_keeps_own_network():
+    api = FakeAPI([], stuck=['pi-dispatch-egress-probe-deny-%d' % OWN])
+    lines = doctor(api).teardown('pi-dispatch-egress-doctor-%d' % OWN, True)
+    assert [line.id for line in lines] == ['canary.cleanup_kept']
+    assert ('network rm', 'pi-dispatch-egress-doctor-%d' % OWN) not in api.calls
+
+
+def test_teardown_network_rm_failure_reported():
+    api = FakeAPI([], rm_error='has active endpoints')
+    lines = doctor(api).teardown('pi-dispatch-egress-doctor-%d' % OWN, True)
+    assert [(line.id, line.status) for line in lines] == [('canary.cleanup_rm', 'warn')]
+
+
+# --- probe results ------------------------------------------------------------------------------------
+
+def probe_output(code, connect, rc=0, headers='', stderr=''):
+    return ('PIDOCTOR %03d %03d\nPIDOCTOR-rc %d\nPIDOCTOR-headers\n%sPIDOCTOR-stderr\n%s'
+            % (code, connect, rc, headers, stderr))
+
+
+def test_parse_probe_output():
+    text = probe_output(403, 0, rc=0, headers='HTTP/1.1 403 Forbidden\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\n')
+    got = _doctor.parse_probe_output(text)
+    assert (got['code'], got['connect'], got['rc'], got['squid_error']) == (403, 0, 0, 'ERR_ACCESS_DENIED 0')
+    assert _doctor.parse_probe_output('sh: curl: not found\n') is None
+    assert _doctor.parse_probe_output('') is None
+
+
+def test_probe_script_is_bounded_and_never_reads_a_file_for_w():
+    script = _doctor.probe_script('https://api.provider.test/', 'http://proxy:3128', 7)
+    assert '--max-time 7' in script and '--connect-timeout 7' in script
+    assert "-w '@" not in script
+
+
+P = 'api.provider.test'
+
+
+@pytest.mark.parametrize('fn, code, connect, headers, rc, line_id, status', [
+    # provider
+    (_doctor.classify_provider, 401, 200, '', 0, 'canary.provider', 'ok'),
+    (_doctor.classify_provider, 200, 200, '', 0, 'canary.provider', 'ok'),
+    (_doctor.classify_provider, 0, 403, '', 56, 'canary.provider_unreached', 'warn'),
+    (_doctor.classify_provider, 0, 503, '', 56, 'canary.provider_unreached', 'warn'),
+    (_doctor.classify_provider, 0, 200, '', 28, 'canary.provider_unreached', 'warn'),
+    (_doctor.classify_provider, 0, 0, '', 7, 'canary.notrun', 'notrun'),
+    # deny
+    (_doctor.classify_deny, 0, 403, '', 56, 'canary.deny', 'ok'),
+    (_doctor.classify_deny, 401, 200, '', 0, 'canary.deny_leaks', 'fail'),
+    (_doctor.classify_deny, 0, 503, '', 56, 'canary.deny_leaks', 'fail'),
+    (_doctor.classify_deny, 0, 200, '', 28, 'canary.deny_leaks', 'fail'),
+    (_doctor.classify_deny, 0, 0, '', 7, 'canary.notrun', 'notrun'),
+    # plain HTTP to a listed host on 443
+    (_doctor.classify_plain, 403, 0, 'X-Squid-Error: ERR_ACCESS_DENIED 0\n', 0, 'canary.plain', 'ok'),
+    (_doctor.classify_plain, 403, 0, '', 0, 'canary.plain_leaks', 'fail'),
+    (_doctor.classify_plain, 502, 0, 'X-Squid-Error: ERR_READ_ERROR 104\n', 0, 'canary.plain_leaks', 'fail'),
+    (_doctor.classify_plain, 400, 0, '', 0, 'canary.plain_leaks', 'fail'),
+    (_doctor.classify_plain, 0, 0, '', 7, 'canary.notrun', 'notrun'),
+])
+def test_classification(fn, code, connect, headers, rc, line_id, status):
+    result = _doctor.parse_probe_output(probe_output(code, connect, rc=rc, headers=headers))
+    line = fn(P, result)
+    assert (line.id, line.status) == (line_id, status), line
+    if status in ('warn', 'fail'):
+        assert line.fix
+
+
+@pytest.mark.parametrize('fn', [_doctor.classify_provider, _doctor.classify_deny, _doctor.classify_plain])
+def test_probe_that_did_not_run_is_never_a_pass(fn):
+    line = fn(P, None, why_not='the container could not start: no such image')
+    assert (line.id, line.status) == ('canary.notrun', 'notrun')
+    assert 'no such image' in line.message
+
+
+def test_not_checked_lines_never_pass():
+    for line in _doctor.not_checked_lines():
+        assert line.status == 'notrun' and 'not checked yet' in line.message
+
+
+# --- proxy lines ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('attrs, expect', [
+    (None, [('proxy.missing', 'fail')]),
+    ({'State': {'Running': False, 'Status': 'exited'}}, [('proxy.stopped', 'fail')]),
+    ({'State': {'Running': True, 'Paused': True, 'Status': 'paused'}}, [('proxy.stopped', 'fail')]),
+    ({'State': {'Running': True, 'Health': {'Status': 'healthy'}}}, [('proxy.running', 'ok'), ('proxy.health', 'ok')]),
+    ({'State': {'Running': True, 'Health': {'Status': 'unhealthy'}}},
+     [('proxy.running', 'ok'), ('proxy.health', 'fail')]),
+    ({'State': {'Running': True, 'Health': {'Status': 'starting'}}},
+     [('proxy.running', 'ok'), ('proxy.health', 'warn')]),
+])
+def test_proxy_lines(attrs, expect):
+    lines = _doctor.proxy_lines('pi-dispatch-egress-proxy', attrs)
+    assert [(line.id, line.status) for line in lines] == expect
+
+
+def test_stopped_proxy_fix_is_the_start_command():
+    line = _doctor.proxy_lines('p', {'State': {'Running': False, 'Status': 'exited'}})[0]
+    assert line.fix == 'docker start p'
+
+
+def test_rules_lines():
+    assert _doctor.rules_line('/d/deploy/egress-proxy.conf', _rules.packaged_rules()).id == 'proxy.rules'
+    changed = _rules.packaged_rules().replace('http_access deny all', 'http_access allow all')
+    line = _doctor.rules_line('/d/deploy/egress-proxy.conf', changed)
+    assert (line.id, line.status) == ('proxy.rules_differ', 'warn')
+    assert '/d/deploy/egress-proxy.conf' in line.message and _doctor.PACKAGED_FILE in line.message
+    assert 'http_access allow all' in line.message
+    line = _doctor.rules_line('/d/deploy/egress-proxy.conf', None, error='No such file or directory')
+    assert line.id == 'proxy.rules_unreadable'
+
+
+# --- report and JSON --------------------------------------------------------------------------------------
+
+def sample_lines():
+    return [
+        _doctor.Line('proxy.running', 'ok', 'Egress proxy running (p)'),
+        _doctor.Line('canary.deny_leaks', 'fail', 'Egress policy lets an unlisted host through (x)', fix='fix it'),
+        _doctor.Line('leftovers.remote', 'warn', 'Egress canary: n may be left over', fix='check there'),
+        _doctor.Line('isolation.peers', 'notrun', 'Job-to-job isolation is not checked yet'),
+        _doctor.Line('proxy.health', 'ok', 'Egress proxy health: healthy'),
+    ]
+
+
+def test_render_report_groups_symbols_fixes_and_summary():
+    report = _doctor.render_report(sample_lines())
+    assert report.splitlines() == [
+        'Egress proxy:',
+        u'  \u2713 Egress proxy running (p)',
+        u'  \u2713 Egress proxy health: healthy',
+        '',
+        'Egress canary:',
+        u'  \u2717 Egress policy lets an unlisted host through (x)',
+        '      fix: fix it',
+        '',
+        'Job networks:',
+        u'  \u25cb Job-to-job isolation is not checked yet',
+        '',
+        'Leftovers of earlier doctor runs:',
+        u'  \u26a0 Egress canary: n may be left over',
+        '      fix: check there',
+        '',
+        u'5 checks: 2 \u2713, 1 \u26a0, 1 \u2717, 1 not run',
+    ]
+
+
+def test_json_lines():
+    out = _doctor.json_lines(sample_lines())
+    rows = [json.loads(text) for text in out.splitlines()]
+    assert len(rows) == 5
+    assert rows[1] == {'id': 'canary.deny_leaks', 'status': 'fail',
+                       'message': 'Egress policy lets an unlisted host through (x)', 'fix': 'fix it'}
+    assert all(set(row) == {'id', 'status', 'message', 'fix'} for row in rows)
+
+
+def test_line_rejects_unknown_id_and_status():
+    with pytest.raises(ValueError):
+        _doctor.Line('no.such', 'ok', 'x')
+    with pytest.raises(ValueError):
+        _doctor.Line('proxy.running', 'great', 'x')
+
+
+def test_line_table_is_well_formed():
+    assert len(set(_doctor.LINE_IDS)) == len(_doctor.LINE_IDS)
+    groups = set(group for group, _title in _doctor.GROUPS)
+    for line_id, group, status, shape in _doctor.LINES:
+        assert group in groups and status in _doctor.STATUSES and shape
+
+
+# --- docs/doctor.md cannot drift ------------------------------------------------------------------------
+
+def doc_rows():
+    with open(os.path.join(ROOT, 'docs', 'doctor.md')) as handle:
+        text = handle.read()
+    rows = []
+    for line in text.splitlines():
+        match = re.match(r'^\| `([a-z_.]+)` \| (\S+) `(.*?)` \|', line)
+        if match:
+            rows.append((match.group(1), match.group(2), match.group(3)))
+    return rows
+
+
+def test_docs_table_first_column_rebuilt_from_code():
+    assert [row[0] for row in doc_rows()] == _doctor.LINE_IDS
+
+
+def test_docs_table_shapes_match_code():
+    expected = [(line_id, _doctor.SYMBOLS[status], shape.replace('|', '\\|'))
+                for line_id, _group, status, shape in _doctor.LINES]
+    assert doc_rows() == expected
+
+
+# --- the model-endpoints include ---------------------------------------------------------------------------
+
+HEADER = '# header\n'
+RENDER = HEADER + 'acl pi_ep_m1_host dstdomain -n models.test\n'
+
+
+@pytest.mark.parametrize('case, ids, render, running, mounted, mounts, expect', [
+    ('nothing declared, all agree', [], HEADER, HEADER, HEADER, True, None),
+    ('declared, all agree', ['m1'], RENDER, RENDER, RENDER, True, ('endpoints.include', 'ok')),
+    ('replaced by rename', ['m1'], RENDER, HEADER, RENDER, True, ('endpoints.include_replaced', 'fail')),
+    ('stale render', ['m1'], RENDER, HEADER, HEADER, True, ('endpoints.include_stale', 'fail')),
+    ('stale, nothing declared any more', [], HEADER, RENDER, RENDER, True, ('endpoints.include_stale', 'fail')),
+    ('remote daemon: mounted file unknown', ['m1'], RENDER, RENDER, None, True, ('endpoints.include', 'ok')),
+    ('could not read inside the proxy', ['m1'], RENDER, None, RENDER, True,
+     ('endpoints.include_unchecked', 'warn')),
+    ('not mounted, declared', ['m1'], RENDER, None, None, False, ('endpoints.include_unmounted', 'fail')),
+    ('not mounted, nothing declared', [], HEADER, None, None, False, None),
+])
+def test_include_line(case, ids, render, running, mounted, mounts, expect):
+    line = _doctor.include_line('p', ids, render, running, mounted, '/d/model-endpoints.conf',
+                                '/d/model-endpoints.json', mounts)
+    got = (line.id, line.status) if line else None
+    assert got == expect, case
+    if line and line.status in ('warn', 'fail'):
+        assert line.fix
+
+
+class SetupAPI(FakeAPI):
+    def __init__(self, fail_on):
+        super(SetupAPI, self).__init__([])
+        self.fail_on = fail_on
+
+    def create_network(self, name, **kwargs):
+        self.calls.append(('network create', name))
+        if self.fail_on == 'create':
+            raise Exception('could not find an available, non-overlapping IPv4 address pool')
+
+    def connect_container_to_network(self, container, net):
+        self.calls.append(('connect', container, net))
+        if self.fail_on == 'connect':
+            raise Exception('container is not running')
+
+
+@pytest.mark.parametrize('fail_on, removed', [('create', False), ('connect', True)])
+def test_canary_setup_failure_is_not_run_and_cleans_up(monkeypatch, fail_on, removed):
+    monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: object())
+    api = SetupAPI(fail_on)
+    lines = doctor(api).canary()
+    assert [(line.id, line.status) for line in lines] == [('canary.setup', 'notrun')]
+    net = 'pi-dispatch-egress-doctor-%d' % OWN
+    assert (('network rm', net) in api.calls) is removed
+    assert not [call for call in api.calls if call[0] == 'run']
+
+
+def test_canary_missing_probe_image_is_not_run(monkeypatch):
+    monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: None)
+    api = SetupAPI(None)
+    lines = doctor(api).canary()
+    assert [(line.id, line.status) for line in lines] == [('canary.setup', 'notrun')]
+    assert 'img' in lines[0].message and lines[0].fix
+    assert api.calls == []
