@@ -234,6 +234,11 @@ def egress_env(engine, tmp_path_factory):
     if rc != 0:
         pytest.fail('site.yml failed (rc=%s):\n%s' % (rc, out[-6000:]))
     env.first_site_output = out
+    # What the first run wrote, before any test edits the folder.
+    env.first_files = {}
+    for rel in ('egress-allowlist.conf', 'deploy/egress-proxy.conf', 'model-endpoints.json', 'model-endpoints.conf'):
+        with open(os.path.join(deploy_dir, rel)) as handle:
+            env.first_files[rel] = handle.read()
 
     # The aliases are set when the container is created, on its only network.
     api = client.api

@@ -1,6 +1,7 @@
 """site.yml on the real engine: layout, idempotence, the operator's files, bad input."""
 
 import hashlib
+import json
 import os
 
 import pytest
@@ -29,12 +30,13 @@ def test_first_run_laid_out_the_folder_and_said_so(egress_env):
         assert os.path.isfile(os.path.join(egress_env.deploy_dir, name)), name
     out = egress_env.first_site_output
     assert 'Created: ' in out and 'egress-allowlist.conf' in out
-    with open(os.path.join(egress_env.deploy_dir, 'egress-allowlist.conf')) as handle:
-        text = handle.read()
+    first = egress_env.first_files
     for entry in egress_env.allowlist:
-        assert '\n%s' % entry['host'] in '\n' + text
-    with open(os.path.join(egress_env.deploy_dir, 'model-endpoints.json')) as handle:
-        assert handle.read().replace(' ', '').replace('\n', '') == '{"version":1,"endpoints":[]}'
+        assert '\n%s' % entry['host'] in '\n' + first['egress-allowlist.conf']
+    assert json.loads(first['model-endpoints.json']) == {'version': 1, 'endpoints': []}
+    assert first['deploy/egress-proxy.conf'].startswith('# pi-dispatch egress proxy rules')
+    include = [ln for ln in first['model-endpoints.conf'].splitlines() if ln.strip() and not ln.startswith('#')]
+    assert include == []
 
 
 def test_squid_parses_the_deployed_rules_in_the_image(egress_env):
