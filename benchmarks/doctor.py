@@ -4,11 +4,13 @@
     python3 benchmarks/doctor.py --proxy pi-dispatch-egress-proxy --deploy-dir /opt/pi-dispatch/egress \\
         --probe-image pi-dispatch-egress-tools:test --provider api.provider.test --deny denied.test --runs 5
 
-Runs ``_doctor.Doctor.run()`` (proxy lines, sweep, canary with its three probes
-in parallel, teardown) --runs times against a running proxy and prints, per
-run and as a median, the doctor's wall time, the slowest probe's time and the
-ratio. The probes run concurrently, so the ratio should stay close to 1 (a
-sequential doctor would be near 3). The provider and deny hosts have no
+Runs ``_doctor.Doctor.run()`` (proxy lines, sweep, the canary's three probes,
+three probes per declared model endpoint and the two isolation peers with their
+two job networks, all concurrently, then teardown) --runs times against a
+running proxy and prints, per run and as a median, the doctor's wall time, the
+slowest probe container's time and the ratio. The probes run concurrently, so
+the ratio should stay close to 1 (run one after another they would take the
+sum, which is printed too). The provider and deny hosts have no
 default on purpose: on a machine without internet give .test names that a
 fake upstream on the proxy's upstream network serves (tests/integration/conftest.py
 builds such a world). Asserts nothing; everything the doctor creates it removes.
@@ -50,17 +52,19 @@ def main():
     ap.add_argument('--listed', default=None, help='listed host for the plain probe (default: --provider)')
     ap.add_argument('--timeout', type=int, default=10, help='curl seconds per probe (default 10)')
     ap.add_argument('--runs', type=int, default=5)
+    ap.add_argument('--no-isolation', action='store_true', help='skip the job-to-job isolation check')
     args = ap.parse_args()
 
     client = dc.connect(None, 60)
     rows = []
     for run in range(1, args.runs + 1):
         doc = doctor_mod.Doctor(client, args.proxy, args.deploy_dir, args.probe_image, provider_host=args.provider,
-                                deny_host=args.deny, listed_host=args.listed, probe_timeout=args.timeout)
+                                deny_host=args.deny, listed_host=args.listed, probe_timeout=args.timeout,
+                                isolation=not args.no_isolation)
         started = time.monotonic()
         lines = doc.run()
         wall = time.monotonic() - started
-        probes = dict((p, doc.timings[p]) for p in doctor_mod.PROBES if p in doc.timings)
+        probes = dict((key, value) for key, value in doc.timings.items() if key != 'total')
         if not probes:
             print('run %d: no probe ran:' % run)
             print(doctor_mod.render_report(lines))

@@ -34,6 +34,7 @@ import time
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
 
 NETWORK_PREFIX = 'pi-dispatch-egress-doctor-'
 PROBE_PREFIX = 'pi-dispatch-egress-probe-'
@@ -42,11 +43,20 @@ PROBE_RE = re.compile(r'^pi-dispatch-egress-probe-([a-z0-9]+(?:-[a-z0-9]+)*?)-(\
 LABEL = 'io.pi-dispatch.egress.doctor'
 
 PROBES = ('provider', 'deny', 'plain')
+ENDPOINT_PROBES = ('tunnel', 'port', 'plain')
+ENDPOINT_PROBE_LABELS = {'tunnel': 'tunnel', 'port': 'port-exact', 'plain': 'plain-request'}
+PEERS = ('a', 'b')
+# The isolation check's two job networks: real job networks (the job pool, our
+# labels), named for the doctor's pid so the sweep finds them after a kill.
+ISOLATION_NET_RE = re.compile(r'^pi-job-doctor-(\d+)-([ab])-net$')
+ISOLATION_NET_PREFIX = 'pi-job-doctor-'
 
 DEFAULT_PROVIDER_HOST = 'api.anthropic.com'
 DEFAULT_DENY_HOST = 'example.com'
 DEFAULT_PROBE_TIMEOUT = 10
 DEFAULT_PROBE_START_GRACE = 20
+DEFAULT_ENDPOINT_TIMEOUT = 15  # the seed: no answer within 15 s means the server is stuck or busy
+ISOLATION_CONNECT_TIMEOUT = 3  # a dropped packet is a timeout; 3 s is plenty on one host
 
 STATUSES = ('ok', 'warn', 'fail', 'notrun')
 SYMBOLS = {'ok': u'\u2713', 'warn': u'\u26a0', 'fail': u'\u2717', 'notrun': u'\u25cb'}
@@ -54,6 +64,7 @@ GROUPS = (
     ('proxy', 'Egress proxy'),
     ('canary', 'Egress canary'),
     ('endpoints', 'Model endpoints'),
+    ('overlay', 'Overlay models.json and allowlist'),
     ('isolation', 'Job networks'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
 )
@@ -106,12 +117,65 @@ LINES = [
      'Model endpoints: the include could not be checked (<why>)'),
     ('endpoints.include_notchecked', 'endpoints', 'notrun',
      'Model endpoints: the include inside the running proxy is ' + NOT_CHECKED),
-    ('endpoints.probes', 'endpoints', 'notrun',
-     'Model endpoints: tunnel, port-exact and plain-request probes are ' + NOT_CHECKED),
-    ('endpoints.overlay', 'endpoints', 'notrun',
-     'Model endpoints: the overlay models.json and allowlist warnings are ' + NOT_CHECKED),
-    ('isolation.peers', 'isolation', 'notrun',
-     'Job-to-job isolation (two peers on two job networks) is ' + NOT_CHECKED),
+    ('endpoint.tunnel', 'endpoints', 'ok',
+     'Model endpoint <id> answers through the proxy (GET http://<address>/v1/models through a CONNECT tunnel: '
+     '<code>)'),
+    ('endpoint.tunnel_fails', 'endpoints', 'warn',
+     'Model endpoint <id> does not answer through the proxy (GET http://<address>/v1/models through a CONNECT '
+     'tunnel: <what>)'),
+    ('endpoint.port_exact', 'endpoints', 'ok',
+     "Model endpoint <id>'s rule is port-exact (a CONNECT to <host>:<port>, a port nobody declared, got the "
+     "proxy's 403)"),
+    ('endpoint.port_leaks', 'endpoints', 'warn',
+     "Model endpoint <id>'s rule is not port-exact (a CONNECT to <host>:<port>, a port nobody declared, <what>): "
+     "the rules allow more than you declared"),
+    ('endpoint.plain', 'endpoints', 'ok',
+     "Model endpoint <id> admits no plain forward request (GET http://<address>/v1/models without a tunnel got "
+     "the proxy's 403 <error>)"),
+    ('endpoint.plain_leaks', 'endpoints', 'warn',
+     'Model endpoint <id> admits a plain forward request (GET http://<address>/v1/models without a tunnel '
+     '<what>): the rules allow more than a tunnel'),
+    ('endpoint.notrun', 'endpoints', 'notrun', 'Model endpoint <id>: the <probe> probe did not run (<why>)'),
+    ('overlay.allowlist', 'overlay', 'warn',
+     "<entry> in egress-allowlist.conf opens the host's port 443 and port 80 to every job, and no model server "
+     "port"),
+    ('overlay.allowlist_ok', 'overlay', 'ok',
+     'Allowlist: no entry opens this host (host.docker.internal, host.containers.internal, or an entry that covers '
+     'them)'),
+    ('overlay.allowlist_unread', 'overlay', 'warn', 'Allowlist: <file> could not be checked (<why>)'),
+    ('overlay.none', 'overlay', 'notrun',
+     'Overlay models.json: no file given (doctor_models_json), so which models use which endpoint and which '
+     'providers are keyless was not checked'),
+    ('overlay.missing', 'overlay', 'warn', 'Overlay models.json: <file> does not exist'),
+    ('overlay.read', 'overlay', 'fail', 'Overlay models.json: <file> <what>'),
+    ('overlay.parse', 'overlay', 'fail',
+     'Overlay <file> is refused<where>: <what>. pi drops the whole file over this, so no model in it loads and no '
+     'provider in it is keyless'),
+    ('overlay.uses', 'overlay', 'ok', 'Overlay model <provider>/<model> uses declared endpoint <id> (<address>)'),
+    ('overlay.port_mismatch', 'overlay', 'warn',
+     'Overlay model <provider>/<model> points at <host> port <port>, but the endpoint declared for that host uses '
+     'port <declared>: host alone does not match, so it uses no endpoint and the proxy refuses its tunnel'),
+    ('overlay.loopback', 'overlay', 'warn',
+     "Overlay model <provider>/<model> has baseUrl <url>, a loopback address: inside a job that is the job's own "
+     "container, so no job ever reaches that server"),
+    ('overlay.max_tokens', 'overlay', 'warn',
+     'Overlay models.json sends the output cap of <provider>/<model> as max_completion_tokens to a declared model '
+     'endpoint, which a local server may ignore (Ollama does), so under a dollar cap every call to it is refused '
+     'as unboundable'),
+    ('overlay.keyless', 'overlay', 'ok', 'Provider key: none needed (<provider> is keyless: served by declared '
+     'endpoint <ids>)'),
+    ('overlay.needs_key', 'overlay', 'ok', 'Provider <provider> needs a key (not keyless: <reasons>)'),
+    ('overlay.keyless_refused', 'overlay', 'fail',
+     'Provider <provider> names <variable> but is not keyless: <reasons>. Every job on it is refused before '
+     'anything is spent'),
+    ('isolation.peers', 'isolation', 'ok',
+     'Job-to-job isolation: <peer a> on <net a> and <peer b> on <net b> each reach the proxy and not each other '
+     '(by name, by address, nor through the proxy\'s address on the other network)'),
+    ('isolation.leaks', 'isolation', 'fail', 'Job-to-job isolation is broken: <what>'),
+    ('isolation.proxy_unreached', 'isolation', 'fail',
+     'Job-to-job isolation: <peer> on <net> does not reach the proxy (<what>), so a job there gets no egress'),
+    ('isolation.notrun', 'isolation', 'notrun', 'Job-to-job isolation was not checked (<why>)'),
+    ('isolation.cleanup', 'isolation', 'warn', 'Job-to-job isolation: <net> could not be torn down (<why>)'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),
@@ -205,8 +269,12 @@ def probe_name(probe, pid):
 
 
 def parse_doctor_network(name):
-    """The pid in a canary network's name, or None when the name is not exactly one."""
-    match = NETWORK_RE.fullmatch(name or '')
+    """The pid in a doctor network's name, or None when the name is not exactly one.
+
+    Two shapes: the canary's ``pi-dispatch-egress-doctor-<pid>`` and the
+    isolation check's job networks ``pi-job-doctor-<pid>-<a|b>-net``.
+    """
+    match = NETWORK_RE.fullmatch(name or '') or ISOLATION_NET_RE.fullmatch(name or '')
     return int(match.group(1)) if match else None
 
 
@@ -264,6 +332,20 @@ def plan_leftover(name, own_pid, alive, local):
     if alive:
         return 'live'
     return 'sweep'
+
+
+def probe_of_network(probe, net, pid):
+    """Whether a (possibly stopped) probe container named for ``pid`` belongs on ``net``.
+
+    An isolation network holds only its own peer; the canary network holds
+    every other probe of that pid.
+    """
+    if probe_pid(probe) != pid:
+        return False
+    match = ISOLATION_NET_RE.fullmatch(net or '')
+    if match:
+        return probe.lstrip('/') == peer_name(match.group(2), pid)
+    return probe.lstrip('/') not in set(peer_name(peer, pid) for peer in PEERS)
 
 
 def split_attached(attached, pid):
@@ -349,7 +431,7 @@ def would_sweep_line(net, probes, others):
 PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
 
 
-def probe_script(url, proxy_url, timeout):
+def probe_script(url, proxy_url, timeout, tunnel=False):
     """The shell the probe container runs: one curl, bounded, with a parseable trailer.
 
     ``-k``: no credential is sent, so the certificate is not what is proved;
@@ -358,7 +440,10 @@ def probe_script(url, proxy_url, timeout):
     curl = ['curl', '-sS', '-k', '--max-time', str(int(timeout)), '--connect-timeout', str(int(timeout)),
             '-o', '/dev/null', '-D', '/tmp/h', '-w', "'%s %%{http_code} %%{http_connect}\\n'" % PROBE_MARK,
             '--proxy', proxy_url]
-    # An http:// URL through --proxy is a plain forward request (GET http://host:port/), never a tunnel.
+    # An http:// URL through --proxy is a plain forward request (GET http://host:port/), unless -p
+    # (--proxytunnel) asks for a CONNECT tunnel first, as a job's client does for a model server.
+    if tunnel:
+        curl.append('-p')
     curl.append("'%s'" % url)
     return ('%s 2>/tmp/e; rc=$?; echo "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
             'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (' '.join(curl), PROBE_MARK, PROBE_MARK, PROBE_MARK))
@@ -464,12 +549,319 @@ def notrun_line(probe, why):
     return Line('canary.notrun', 'notrun', 'Egress canary probe %s did not run (%s)' % (probe, why))
 
 
-def not_checked_lines():
-    """The lines whose checks other pieces provide; until they land they say so, never pass."""
+# --- model endpoint probes: pure ------------------------------------------------------------
+
+def endpoint_probe_name(kind, endpoint_id, pid):
+    """``pi-dispatch-egress-probe-endpoint-<kind>-<id>-<pid>`` (the seed's name; the sweep's PROBE_RE covers it)."""
+    return probe_name('endpoint-%s-%s' % (kind, endpoint_id), pid)
+
+
+def next_undeclared_port(port, declared_ports):
+    """The nearest port above ``port`` that nobody declared for that host, never 80 or 443.
+
+    Below ``port`` only when nothing above is free; None when no port is left.
+    """
+    taken = set(declared_ports) | set((80, 443))
+    for candidate in range(port + 1, 65536):
+        if candidate not in taken:
+            return candidate
+    for candidate in range(port - 1, 0, -1):
+        if candidate not in taken:
+            return candidate
+    return None
+
+
+def endpoint_targets(endpoint, endpoints):
+    """(kind, url, tunnel) for the three probes of ``endpoint``; the port probe is None without a free port."""
+    host = _endpoint_host(endpoint)
+    same_host = [e.port for e in endpoints if e.host == endpoint.host]
+    other = next_undeclared_port(endpoint.port, same_host)
+    return [
+        ('tunnel', 'http://%s/v1/models' % endpoint.address, True),
+        ('port', ('http://%s:%d/' % (host, other)) if other else None, True),
+        ('plain', 'http://%s/v1/models' % endpoint.address, False),
+    ]
+
+
+def _endpoint_host(endpoint):
+    return '[%s]' % endpoint.host if endpoint.kind == 'ipv6' else endpoint.host
+
+
+def _endpoint_fix():
+    return ('ansible-playbook pi_dispatch.egress.endpoints (render and reload); if that changes nothing, compare '
+            'deploy/egress-proxy.conf with the packaged rules')
+
+
+def classify_endpoint_tunnel(endpoint, result, timeout, why_not=None):
+    if result is None:
+        return endpoint_notrun_line(endpoint, 'tunnel', why_not or 'the probe printed no result')
+    connect, code, rc = result['connect'], result['code'], result.get('rc')
+    head = 'GET http://%s/v1/models through a CONNECT tunnel' % endpoint.address
+    if connect == 200 and code:
+        if 200 <= code < 300:
+            return Line('endpoint.tunnel', 'ok', 'Model endpoint %s answers through the proxy (%s: %d)'
+                        % (endpoint.id, head, code))
+        if code in (401, 403):
+            return Line('endpoint.tunnel', 'ok', 'Model endpoint %s answers through the proxy (%s: %d from the '
+                        'server: the route works and the server wants a key)' % (endpoint.id, head, code))
+        what = ('the server answered %d; Ollama, llama-server, vLLM and LM Studio all serve that path, so check '
+                'that %s is the model server' % (code, endpoint.address))
+        fix = 'curl the server on its own host: curl http://%s/v1/models' % endpoint.address
+    elif connect == 200:
+        if rc == 28:
+            what = ('the tunnel opened and no answer came within %ds: the server took the connection and is '
+                    'stuck or busy' % timeout)
+        else:
+            what = ('the tunnel opened and the server closed the plain request (%s); a TLS server does that, '
+                    'and a model server behind https:// is not what the overlay\'s http:// baseUrl reaches'
+                    % _no_answer(result))
+        fix = 'check the server at %s (its logs, its load)' % endpoint.address
+    elif connect == 503:
+        what = ('the proxy answered 503: it let the tunnel through and nothing answered, so the server is down or '
+                'listens where the proxy cannot reach it')
+        fix = ('start the server, listening on an address the proxy reaches (not 127.0.0.1 of its host), then '
+               're-run doctor')
+    elif connect == 403:
+        what = "the proxy answered 403: its rules do not allow it"
+        fix = _endpoint_fix()
+    elif connect:
+        what = 'the proxy answered %d' % connect
+        fix = 'docker logs --tail 50 <proxy>'
+    else:
+        return endpoint_notrun_line(endpoint, 'tunnel', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('endpoint.tunnel_fails', 'warn', 'Model endpoint %s does not answer through the proxy (%s: %s)'
+                % (endpoint.id, head, what), fix=fix)
+
+
+def classify_endpoint_port(endpoint, url, result, why_not=None):
+    if url is None:
+        return endpoint_notrun_line(endpoint, 'port-exact', 'every other port of %s is declared' % endpoint.host)
+    if result is None:
+        return endpoint_notrun_line(endpoint, 'port-exact', why_not or 'the probe printed no result')
+    target = url[len('http://'):].rstrip('/')
+    connect, code = result['connect'], result['code']
+    if connect == 403:
+        return Line('endpoint.port_exact', 'ok',
+                    "Model endpoint %s's rule is port-exact (a CONNECT to %s, a port nobody declared, got the "
+                    "proxy's 403)" % (endpoint.id, target))
+    if connect == 200:
+        what = 'opened a tunnel%s' % (' and a server answered %d' % code if code else '')
+    elif connect == 503:
+        what = 'got 503: the proxy tried to connect'
+    elif connect:
+        what = 'got %d from the proxy' % connect
+    else:
+        return endpoint_notrun_line(endpoint, 'port-exact', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('endpoint.port_leaks', 'warn',
+                "Model endpoint %s's rule is not port-exact (a CONNECT to %s, a port nobody declared, %s): the "
+                "rules allow more than you declared" % (endpoint.id, target, what), fix=_endpoint_fix())
+
+
+def classify_endpoint_plain(endpoint, result, why_not=None):
+    if result is None:
+        return endpoint_notrun_line(endpoint, 'plain-request', why_not or 'the probe printed no result')
+    code, error = result['code'], result.get('squid_error') or ''
+    head = 'GET http://%s/v1/models without a tunnel' % endpoint.address
+    if code == 403 and error.startswith('ERR_ACCESS_DENIED'):
+        return Line('endpoint.plain', 'ok', "Model endpoint %s admits no plain forward request (%s got the proxy's "
+                    "403 %s)" % (endpoint.id, head, error.split()[0]))
+    if not code:
+        return endpoint_notrun_line(endpoint, 'plain-request', 'the proxy gave no answer: %s' % _no_answer(result))
+    what = 'got %d%s' % (code, ' X-Squid-Error: %s' % error if error else ' from the server')
+    return Line('endpoint.plain_leaks', 'warn', 'Model endpoint %s admits a plain forward request (%s %s): the '
+                'rules allow more than a tunnel' % (endpoint.id, head, what), fix=_endpoint_fix())
+
+
+def endpoint_notrun_line(endpoint, probe, why):
+    return Line('endpoint.notrun', 'notrun', 'Model endpoint %s: the %s probe did not run (%s)'
+                % (endpoint.id, probe, why))
+
+
+# --- the overlay models.json and the allowlist: pure ------------------------------------------------
+
+_OVERLAY_KINDS = {
+    'allowlist': 'overlay.allowlist',
+    'parse': 'overlay.parse',
+    'uses': 'overlay.uses',
+    'port-mismatch': 'overlay.port_mismatch',
+    'loopback': 'overlay.loopback',
+    'max-tokens': 'overlay.max_tokens',
+}
+
+
+def _overlay_line(check_line, path):
+    """A doctor Line from a ``_models_json.Line``."""
+    kind, status = check_line.kind, check_line.status
+    if kind == 'keyless':
+        if status == 'fail':
+            line_id = 'overlay.keyless_refused'
+        elif check_line.text.startswith('Provider key'):
+            line_id = 'overlay.keyless'
+        else:
+            line_id = 'overlay.needs_key'
+    elif kind == 'read':
+        return Line('overlay.read', status, 'Overlay models.json: %s %s' % (path, check_line.text),
+                    fix=check_line.fix or None)
+    else:
+        line_id = _OVERLAY_KINDS.get(kind, 'overlay.parse')
+    fix = check_line.fix or None
+    if status == 'ok' and line_id != 'overlay.needs_key':
+        fix = None
+    return Line(line_id, status, check_line.text, fix=fix)
+
+
+def overlay_lines(models_path, models_text, read_problem, endpoints, allowlist_entries, allowlist_problem=None):
+    """The overlay and allowlist lines.
+
+    ``models_path``: the overlay models.json doctor was given (None: none given);
+    ``models_text``: its content (None: missing or unreadable, see ``read_problem``,
+    a ``_models_json.Line``); ``allowlist_entries``: the allowlist's entries, or
+    None when ``allowlist_problem`` (a sentence) says why it could not be read.
+    """
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _models_json
     lines = []
-    for line_id in ('endpoints.probes', 'endpoints.overlay', 'isolation.peers'):
-        lines.append(Line(line_id, 'notrun', _BY_ID[line_id][3]))
+    if allowlist_entries is None:
+        lines.append(Line('overlay.allowlist_unread', 'warn', 'Allowlist: %s' % allowlist_problem,
+                          fix='ansible-playbook pi_dispatch.egress.site (validates the allowlist and names the '
+                              'line to fix)'))
+        entries = ()
+    else:
+        entries = list(allowlist_entries)
+    # The allowlist warnings come first and do not need an overlay.
+    for check_line in _models_json.check(None, endpoints, allowlist_hosts=entries):
+        lines.append(_overlay_line(check_line, models_path))
+    if allowlist_entries is not None and not lines:
+        lines.append(Line('overlay.allowlist_ok', 'ok', _BY_ID['overlay.allowlist_ok'][3]))
+    if models_path is None:
+        lines.append(Line('overlay.none', 'notrun', _BY_ID['overlay.none'][3]))
+        return lines
+    if read_problem is not None:
+        lines.append(_overlay_line(read_problem, models_path))
+        return lines
+    if models_text is None:
+        lines.append(Line('overlay.missing', 'warn', 'Overlay models.json: %s does not exist' % models_path,
+                          fix='set doctor_models_json to the overlay\'s models.json (in PI_GLOBAL_PI_DIR), or leave '
+                              'it empty'))
+        return lines
+    for check_line in _models_json.check(models_text, endpoints, allowlist_hosts=(), path=models_path):
+        lines.append(_overlay_line(check_line, models_path))
     return lines
+
+
+# --- job-to-job isolation: pure ----------------------------------------------------------------------
+
+def isolation_job_id(pid, peer):
+    return 'doctor-%d-%s' % (int(pid), peer)
+
+
+def isolation_network_name(pid, peer):
+    return _jobnet.network_name(isolation_job_id(pid, peer))
+
+
+def peer_name(peer, pid):
+    return probe_name('peer-%s' % peer, pid)
+
+
+def peer_address(subnet, peer='a'):
+    """The fixed address a peer takes on its job network: the subnet's last usable one for a, the one before for b.
+
+    Distinct per peer, so that two peers that end up on one network (the
+    failure this check exists to catch) still both start and can be told apart.
+    """
+    import ipaddress
+    hosts = list(ipaddress.ip_network(subnet, strict=False).hosts())
+    return str(hosts[-1 - PEERS.index(peer)])
+
+
+ISOLATION_CHECKS = ('proxy', 'peer_name', 'peer_address', 'proxy_other')
+
+
+def isolation_script(targets, timeout=ISOLATION_CONNECT_TIMEOUT, settle=1):
+    """Shell for one peer: the checks of ``targets`` (key -> URL) at once, each bounded, then a parseable trailer.
+
+    Direct (``--noproxy '*'``): a job that ignores its proxy variables is what
+    isolation must hold against. ``settle`` seconds first, so the other peer is
+    up, and as long again at the end, so it stays up while the other probes it.
+    """
+    parts = ['sleep %d' % int(settle)]
+    for key in ISOLATION_CHECKS:
+        url = targets[key]
+        parts.append("(curl -sS --noproxy '*' --connect-timeout %d --max-time %d -o /dev/null -w '%%{http_code}' "
+                     "'%s' >/tmp/o-%s 2>/tmp/e-%s; echo $? >/tmp/r-%s) &"
+                     % (int(timeout), int(timeout) + 2, url, key, key, key))
+    parts.append('wait')
+    for key in ISOLATION_CHECKS:
+        parts.append('echo "%s-ISO %s $(cat /tmp/o-%s 2>/dev/null) $(cat /tmp/r-%s 2>/dev/null) '
+                     '$(head -c 200 /tmp/e-%s 2>/dev/null | tr \'\\n\' \' \')"' % (PROBE_MARK, key, key, key, key))
+    parts.append('sleep %d' % int(settle))
+    return '\n'.join(parts) + '\n'
+
+
+def parse_isolation_output(text):
+    """key -> dict(code, rc, error) from a peer's output; None when a check's trailer is missing."""
+    found = {}
+    for raw in (text or '').splitlines():
+        if not raw.startswith(PROBE_MARK + '-ISO '):
+            continue
+        words = raw.split(None, 4)
+        if len(words) < 4 or words[1] not in ISOLATION_CHECKS:
+            continue
+        code = int(words[2]) if words[2].isdigit() else 0
+        rc = int(words[3]) if words[3].lstrip('-').isdigit() else None
+        found[words[1]] = dict(code=code, rc=rc, error=(words[4].strip() if len(words) > 4 else ''))
+    return found if all(key in found for key in ISOLATION_CHECKS) else None
+
+
+def reached(check):
+    """Whether a direct connection got anything back: an HTTP answer, or a refused connection (curl exit 7).
+
+    Docker drops traffic between networks, which is a timeout (exit 28) or a
+    name that does not resolve (exit 6); a refusal means packets got there.
+    """
+    return bool(check['code']) or check['rc'] == 7
+
+
+def _check_text(check):
+    if check['code']:
+        return 'HTTP %d' % check['code']
+    return 'curl exit %s%s' % (check['rc'], ': ' + check['error'] if check['error'] else '')
+
+
+def classify_isolation(peers):
+    """One line from both peers' results.
+
+    ``peers``: list of dict(peer, net, other, targets, result, why), ``result``
+    from :func:`parse_isolation_output` (None: the peer gave no reading).
+    """
+    for peer in peers:
+        if peer['result'] is None:
+            return Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (%s on %s: %s)'
+                        % (peer['peer'], peer['net'], peer['why'] or 'it printed no result'))
+    leaks = []
+    for peer in peers:
+        result = peer['result']
+        for key, what in (('peer_name', "%s's name"), ('peer_address', "%s's address"),
+                          ('proxy_other', "the proxy's address on %s's network")):
+            if reached(result[key]):
+                leaks.append('%s on %s reached %s (%s: %s)' % (peer['peer'], peer['net'], what % peer['other'],
+                                                              peer['targets'][key], _check_text(result[key])))
+    if leaks:
+        return Line('isolation.leaks', 'fail', 'Job-to-job isolation is broken: %s' % '; '.join(leaks),
+                    fix='job networks must be created --internal, one per job (pi_dispatch.egress.job_network); '
+                        'docker network inspect <net> shows Internal and what is attached')
+    for peer in peers:
+        check = peer['result']['proxy']
+        if not check['code']:
+            return Line('isolation.proxy_unreached', 'fail',
+                        'Job-to-job isolation: %s on %s does not reach the proxy (%s: %s), so a job there gets no '
+                        'egress' % (peer['peer'], peer['net'], peer['targets']['proxy'], _check_text(check)),
+                        fix='docker network connect %s <proxy>; pi_dispatch.egress.job_network attaches it'
+                            % peer['net'])
+    a, b = peers
+    return Line('isolation.peers', 'ok',
+                "Job-to-job isolation: %s on %s and %s on %s each reach the proxy and not each other (by name, by "
+                "address, nor through the proxy's address on the other network)"
+                % (a['peer'], a['net'], b['peer'], b['net']))
 
 
 # --- the model-endpoints include: pure -------------------------------------------------------
@@ -584,7 +976,8 @@ class Doctor(object):
     def __init__(self, client, proxy, deploy_dir, probe_image, provider_host=DEFAULT_PROVIDER_HOST,
                  deny_host=DEFAULT_DENY_HOST, listed_host=None, probe_timeout=DEFAULT_PROBE_TIMEOUT,
                  start_grace=DEFAULT_PROBE_START_GRACE, docker_host=None, check_mode=False, pid=None,
-                 environ=None):
+                 environ=None, endpoint_timeout=DEFAULT_ENDPOINT_TIMEOUT, models_json=None, isolation=True,
+                 job_pool=_jobnet.DEFAULT_POOL, job_prefix=_jobnet.DEFAULT_PREFIX):
         self.client = client
         self.proxy = proxy
         self.deploy_dir = deploy_dir
@@ -598,8 +991,17 @@ class Doctor(object):
         self.check_mode = check_mode
         self.pid = os.getpid() if pid is None else int(pid)
         self.environ = os.environ if environ is None else environ
+        self.endpoint_timeout = int(endpoint_timeout)
+        self.models_json = models_json or None
+        self.isolation_enabled = bool(isolation)
+        self.job_pool = job_pool
+        self.job_prefix = int(job_prefix)
         self.actions = []
         self.timings = {}
+        self._launched = []
+        self._lock = threading.Lock()
+        self._endpoints = None   # the declared endpoints, once loaded
+        self._endpoints_error = None
 
     # --- sweep --------------------------------------------------------------------------------
     def sweep(self, alive=pid_alive):
@@ -607,6 +1009,7 @@ class Doctor(object):
         lines = []
         try:
             nets = self.client.api.networks(filters={'name': NETWORK_PREFIX})
+            nets += self.client.api.networks(filters={'name': ISOLATION_NET_PREFIX})
         except Exception as exc:
             return [unlisted_line(dc.api_message(exc))]
         try:
@@ -638,7 +1041,7 @@ class Doctor(object):
         attached = [(c.get('Name') or cid) for cid, c in (attrs.get('Containers') or {}).items()]
         probes, others = split_attached(attached, pid)
         # Stopped probes are not listed as endpoints; their names still say whose they are.
-        probes = sorted(set(probes) | set(p for p in all_probes if probe_pid(p) == pid))
+        probes = sorted(set(probes) | set(p for p in all_probes if probe_of_network(p, name, pid)))
         if self.check_mode:
             return would_sweep_line(name, probes, others)
         removed, stuck = [], []
@@ -730,36 +1133,58 @@ class Doctor(object):
             plain='http://%s:443/' % self.listed_host,
         )
 
-    def _run_probe(self, probe, url, net, results):
-        name = probe_name(probe, self.pid)
+    def _probe_env(self):
         proxy_url = 'http://%s:%d' % (self.proxy, _rules.PROXY_PORT)
-        started = time.monotonic()
         # What a job gets (docs/job-networks.md): uppercase proxy variables only.
-        env = {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
-               'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
+        return proxy_url, {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
+                           'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
+
+    def _run_container(self, key, name, script, net, results, wait, address=None):
+        """Run one probe container to its end; results[key] = (output text, None) or (None, why)."""
+        _proxy_url, env = self._probe_env()
+        api = self.client.api
+        started = time.monotonic()
+        with self._lock:
+            self._launched.append(name)
         try:
-            container = self.client.containers.run(
-                self.probe_image, ['sh', '-c', probe_script(url, proxy_url, self.probe_timeout)],
-                name=name, detach=True, network=net, environment=env, labels={LABEL: str(self.pid)},
-                security_opt=['no-new-privileges:true'], cap_drop=['ALL'])
-        except Exception as exc:
-            results[probe] = (None, 'the container could not start: %s' % dc.api_message(exc))
-            self.timings[probe] = time.monotonic() - started
-            return
-        try:
-            wait = self.probe_timeout + self.start_grace
             try:
-                container.wait(timeout=wait)
-            except Exception:
-                results[probe] = (None, 'it did not finish within %ss' % wait)
+                endpoint = api.create_endpoint_config(ipv4_address=address) if address else \
+                    api.create_endpoint_config()
+                created = api.create_container(
+                    self.probe_image, ['sh', '-c', script], name=name, detach=True, environment=env,
+                    labels={LABEL: str(self.pid)},
+                    host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
+                                                       cap_drop=['ALL']),
+                    networking_config=api.create_networking_config({net: endpoint}))
+                api.start(created['Id'])
+            except Exception as exc:
+                results[key] = (None, 'the container could not start: %s' % dc.api_message(exc))
                 return
-            logs = container.logs(stdout=True, stderr=True)
+            try:
+                api.wait(created['Id'], timeout=wait)
+            except Exception:
+                results[key] = (None, 'it did not finish within %ss' % wait)
+                return
+            logs = api.logs(created['Id'], stdout=True, stderr=True)
             text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
-            parsed = parse_probe_output(text)
-            results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
-                              % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
+            results[key] = (text, None)
         finally:
-            self.timings[probe] = time.monotonic() - started
+            self.timings[key] = time.monotonic() - started
+
+    def _run_probe(self, probe, url, net, results, timeout=None, tunnel=False, name=None):
+        timeout = self.probe_timeout if timeout is None else timeout
+        proxy_url, _env = self._probe_env()
+        raw = {}
+        self._run_container(probe, name or probe_name(probe, self.pid),
+                            probe_script(url, proxy_url, timeout, tunnel=tunnel), net, raw,
+                            timeout + self.start_grace)
+        text, why = raw.get(probe, (None, 'it did not finish'))
+        if text is None:
+            results[probe] = (None, why)
+            return
+        parsed = parse_probe_output(text)
+        results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
+                          % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
 
     def _classify(self, results):
         lines = []
@@ -771,53 +1196,230 @@ class Doctor(object):
             lines.append(fn(host, parsed, why_not=why))
         return lines
 
+    def load_endpoints(self):
+        """The declared endpoints (cached); None with ``_endpoints_error`` set when the declaration is refused."""
+        if self._endpoints is not None or self._endpoints_error is not None:
+            return self._endpoints
+        from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+        try:
+            self._endpoints = list(_endpoints.load(self.deploy_dir)[0])
+        except Exception as exc:  # EndpointsError names the file, the key and the fix
+            self._endpoints_error = ' '.join(str(exc).split())
+        return self._endpoints
+
+    def _endpoint_jobs(self):
+        """(key, endpoint, kind, url, tunnel) for every endpoint probe to run."""
+        jobs = []
+        for endpoint in sorted(self.load_endpoints() or [], key=lambda e: e.id):
+            for kind, url, tunnel in endpoint_targets(endpoint, self._endpoints):
+                jobs.append(('endpoint-%s-%s' % (kind, endpoint.id), endpoint, kind, url, tunnel))
+        return jobs
+
+    def _classify_endpoints(self, jobs, results):
+        lines = []
+        wait = self.endpoint_timeout + self.start_grace + 15
+        for key, endpoint, kind, url, _tunnel in jobs:
+            parsed, why = results.get(key, (None, 'it did not finish within %ss' % wait))
+            if kind == 'tunnel':
+                lines.append(classify_endpoint_tunnel(endpoint, parsed, self.endpoint_timeout, why_not=why))
+            elif kind == 'port':
+                lines.append(classify_endpoint_port(endpoint, url, parsed, why_not=why))
+            else:
+                lines.append(classify_endpoint_plain(endpoint, parsed, why_not=why))
+        for line in lines:
+            if line.fix and '<proxy>' in line.fix:
+                line.fix = line.fix.replace('<proxy>', self.proxy)
+        return lines
+
     def canary(self):
-        """Create the throwaway network, run the probes concurrently, tear down (always)."""
+        """Create the throwaway network, run every probe concurrently, tear down (always).
+
+        Returns (canary lines, endpoint lines, isolation lines).
+        """
         net = network_name(self.pid)
+        jobs = self._endpoint_jobs()
+
+        def unprobed(why):
+            return [endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why)
+                    for _key, endpoint, kind, _url, _t in jobs]
+
         try:
             if dc.get_image(self.client, self.probe_image) is None:
-                return [Line('canary.setup', 'notrun',
-                             'Egress canary could not be set up (the probe image %s is not on this daemon), so no '
-                             'probe ran' % self.probe_image,
-                             fix='build the probe image like a job image (it needs sh and curl) and set '
-                                 'doctor_probe_image')]
+                why = 'the probe image %s is not on this daemon' % self.probe_image
+                return ([Line('canary.setup', 'notrun',
+                              'Egress canary could not be set up (%s), so no probe ran' % why,
+                              fix='build the probe image like a job image (it needs sh and curl) and set '
+                                  'doctor_probe_image')],
+                        unprobed(why), self._isolation_skipped(why))
         except dc.EngineError as exc:
-            return [Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % exc)]
+            return ([Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % exc)],
+                    unprobed(str(exc)), self._isolation_skipped(str(exc)))
         results = {}
-        lines = []
+        lines, endpoint_lines, isolation_lines = [], [], []
         created = False
+        iso_thread = None
+        iso_out = []
         try:
+            if self.isolation_enabled:
+                iso_thread = threading.Thread(target=lambda: iso_out.extend(self.isolation()))
+                iso_thread.daemon = True
+                iso_thread.start()
             try:
                 self.client.api.create_network(net, driver='bridge', internal=True, labels={LABEL: str(self.pid)})
                 created = True
                 self.client.api.connect_container_to_network(self.proxy, net)
             except Exception as exc:
-                lines.append(Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s %s: %s), so no '
-                                                            'probe ran' % ('attaching the proxy to' if created else
-                                                                           'creating', net, dc.api_message(exc)),
+                why = '%s %s: %s' % ('attaching the proxy to' if created else 'creating', net, dc.api_message(exc))
+                lines.append(Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no '
+                                                            'probe ran' % why,
                                   fix='docker network ls --filter name=%s; docker inspect %s'
                                       % (NETWORK_PREFIX, self.proxy)))
-                return lines
+                endpoint_lines = unprobed(why)
+                jobs = None
             threads = []
-            for probe, url in sorted(self._targets().items()):
-                thread = threading.Thread(target=self._run_probe, args=(probe, url, net, results))
+            for probe, url in (sorted(self._targets().items()) if jobs is not None else ()):
+                threads.append(threading.Thread(target=self._run_probe, args=(probe, url, net, results)))
+            for key, endpoint, kind, url, tunnel in (jobs or ()):
+                if url is None:
+                    continue
+                name = endpoint_probe_name(kind, endpoint.id, self.pid)
+                threads.append(threading.Thread(target=self._run_probe, args=(key, url, net, results),
+                                                kwargs=dict(timeout=self.endpoint_timeout, tunnel=tunnel,
+                                                            name=name)))
+            for thread in threads:
                 thread.daemon = True
                 thread.start()
-                threads.append(thread)
-            deadline = time.monotonic() + self.probe_timeout + self.start_grace + 15
+            longest = max([self.probe_timeout] + ([self.endpoint_timeout] if jobs else []))
+            deadline = time.monotonic() + longest + self.start_grace + 15
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-            lines.extend(self._classify(results))
+            if jobs is not None:
+                lines.extend(self._classify(results))
+                endpoint_lines = self._classify_endpoints(jobs, results)
         finally:
+            if iso_thread is not None:
+                iso_thread.join(ISOLATION_CONNECT_TIMEOUT * 2 + self.start_grace + 60)
+                isolation_lines = list(iso_out) or [Line('isolation.notrun', 'notrun',
+                                                         'Job-to-job isolation was not checked (it did not finish)')]
+            elif not self.isolation_enabled:
+                isolation_lines = self._isolation_skipped('doctor_isolation is false')
             lines.extend(self.teardown(net, created))
+        return lines, endpoint_lines, isolation_lines
+
+    def _isolation_skipped(self, why):
+        return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (%s)' % why)]
+
+    def isolation(self):
+        """Two peers on two real job networks: each must reach the proxy and not the other."""
+        made, lines = [], []
+        local = daemon_locality(self.docker_host, self.environ)[0]
+        try:
+            nets = {}
+            try:
+                for peer in PEERS:
+                    nets[peer] = _jobnet.create_job_network(
+                        self.client, isolation_job_id(self.pid, peer), proxy_name=self.proxy, pool=self.job_pool,
+                        prefix=self.job_prefix, routes=None if local else [])
+                    made.append(peer)
+                proxy_ips = {}
+                for peer in PEERS:
+                    attrs = self.client.api.inspect_network(nets[peer].network)
+                    ours = [c for c in (attrs.get('Containers') or {}).values() if c.get('Name') == self.proxy]
+                    proxy_ips[peer] = (ours[0].get('IPv4Address') or '').split('/')[0] if ours else ''
+                    if not proxy_ips[peer]:
+                        raise dc.EngineError('the proxy has no address on %s' % nets[peer].network)
+            except Exception as exc:
+                return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (setting up the '
+                             'job networks failed: %s)' % ' '.join(str(exc).split()),
+                             fix='ansible-playbook pi_dispatch.egress.gc, then re-run doctor')]
+            addresses = dict((peer, peer_address(nets[peer].subnet, peer)) for peer in PEERS)
+            port = _rules.PROXY_PORT
+            specs = []
+            for peer, other in (('a', 'b'), ('b', 'a')):
+                targets = dict(proxy='http://%s:%d/' % (self.proxy, port),
+                               peer_name='http://%s:%d/' % (peer_name(other, self.pid), port),
+                               peer_address='http://%s:%d/' % (addresses[other], port),
+                               proxy_other='http://%s:%d/' % (proxy_ips[other], port))
+                specs.append(dict(peer=peer_name(peer, self.pid), net=nets[peer].network,
+                                  other=peer_name(other, self.pid), targets=targets, address=addresses[peer],
+                                  key='peer-%s' % peer))
+            raw = {}
+            wait = ISOLATION_CONNECT_TIMEOUT + 2 + 2 + self.start_grace
+            threads = [threading.Thread(target=self._run_container,
+                                        args=(spec['key'], spec['peer'], isolation_script(spec['targets']),
+                                              spec['net'], raw, wait),
+                                        kwargs=dict(address=spec['address'])) for spec in specs]
+            for thread in threads:
+                thread.daemon = True
+                thread.start()
+            for thread in threads:
+                thread.join(wait + 15)
+            for spec in specs:
+                text, why = raw.get(spec['key'], (None, 'it did not finish within %ss' % wait))
+                spec['result'] = parse_isolation_output(text) if text is not None else None
+                spec['why'] = why if text is None else (None if spec['result'] else
+                                                        'it printed no result (%s)' % ' '.join(text.split())[-200:])
+            lines.append(classify_isolation(specs))
+            return lines
+        finally:
+            lines.extend(self._isolation_teardown(made))
+
+    def _isolation_teardown(self, made):
+        """Every peer first (a peer may sit on either network), then the job networks."""
+        lines = []
+        stuck = {}
+        for peer in PEERS:
+            name = peer_name(peer, self.pid)
+            try:
+                self.client.api.remove_container(name, force=True)
+            except Exception as exc:
+                if not dc.is_not_found(exc):
+                    stuck[peer] = (name, dc.api_message(exc))
+        for peer in made:
+            net = isolation_network_name(self.pid, peer)
+            if peer in stuck:
+                name, why = stuck[peer]
+                lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down '
+                                  '(the peer %s would not go: %s)' % (net, name, why),
+                                  fix='docker rm -f %s; the next doctor run sweeps %s' % (name, net)))
+                continue
+            try:
+                _jobnet.teardown_job_network(self.client, isolation_job_id(self.pid, peer), proxy_name=self.proxy)
+            except Exception as exc:
+                lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down (%s)'
+                                  % (net, ' '.join(str(exc).split())),
+                                  fix='docker network inspect %s, then docker network rm %s' % (net, net)))
         return lines
+
+    def overlay(self):
+        """The overlay models.json and allowlist lines (files only, no daemon)."""
+        from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+        from ansible_collections.pi_dispatch.egress.plugins.module_utils import _models_json
+        path = _deployment.paths(self.deploy_dir)['allowlist']
+        entries, problem = None, None
+        try:
+            with open(path, 'r') as handle:
+                parsed = _allowlist.parse(handle.read(), path)
+            if parsed.errors:
+                problem = '%s could not be checked (%s)' % (path, ' '.join(str(parsed.errors[0]).split()))
+            else:
+                entries = [entry for _lineno, entry in parsed.entries]
+        except (IOError, OSError, UnicodeDecodeError) as exc:
+            problem = '%s could not be checked (%s)' % (path, getattr(exc, 'strerror', None) or exc)
+        text, read_problem = (None, None)
+        if self.models_json:
+            text, read_problem = _models_json.read_text(self.models_json)
+        return overlay_lines(self.models_json, text, read_problem, self.load_endpoints() or [], entries, problem)
 
     def teardown(self, net, created):
         """Remove this run's probes and network; a line for anything that would not go."""
         lines = []
         stuck = None
-        for probe in PROBES:
-            name = probe_name(probe, self.pid)
+        peers = set(peer_name(peer, self.pid) for peer in PEERS)  # the isolation check removes its own
+        with self._lock:
+            names = [probe_name(probe, self.pid) for probe in PROBES] + \
+                [name for name in self._launched if name not in peers]
+        for name in sorted(set(names)):
             try:
                 self.client.api.remove_container(name, force=True)
             except Exception as exc:
@@ -856,13 +1458,22 @@ class Doctor(object):
         leftovers = self.sweep()
         running = attrs is not None and (attrs.get('State') or {}).get('Running') and \
             not (attrs.get('State') or {}).get('Paused')
+        self.load_endpoints()
         if running:
             lines.extend(self.include_lines(attrs))
-            lines.extend(self.canary())
+            canary, endpoint_lines, isolation_lines = self.canary()
+            lines.extend(canary)
+            lines.extend(endpoint_lines)
         else:
             for probe in PROBES:
                 lines.append(notrun_line(probe, 'the proxy is not running'))
-        lines.extend(not_checked_lines())
+            for endpoint in sorted(self._endpoints or [], key=lambda e: e.id):
+                for kind in ENDPOINT_PROBES:
+                    lines.append(endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind],
+                                                      'the proxy is not running'))
+            isolation_lines = self._isolation_skipped('the proxy is not running')
+        lines.extend(self.overlay())
+        lines.extend(isolation_lines)
         lines.extend(leftovers)
         self.timings['total'] = time.monotonic() - started
         return lines

@@ -26,7 +26,17 @@ description:
   - The sweep removes networks named C(pi-dispatch-egress-doctor-<pid>) (and their probes) whose pid is
     no longer alive on this host, and only when the daemon is on this host (a unix socket). A probe that
     cannot be removed keeps its network. See docs/doctor.md for every line.
-  - Model endpoint, overlay and job-isolation lines say C(not checked yet) until those checks land.
+  - Per declared model endpoint (C(model-endpoints.json) in I(deploy_dir)), three more probes on the canary's
+    network, named C(pi-dispatch-egress-probe-endpoint-<probe>-<id>-<pid>) - C(GET /v1/models) through a
+    CONNECT tunnel, a tunnel to the nearest undeclared port above (never 80 or 443) that must get the
+    proxy's 403, and a plain forward request that must get squid's own 403 - each bounded by
+    I(endpoint_timeout) seconds.
+  - The overlay C(models.json) (I(models_json)) is checked against the declared endpoints, and the allowlist
+    for entries that open the host (files only).
+  - Job-to-job isolation (I(isolation)) - two real job networks C(pi-job-doctor-<pid>-<a|b>-net) from the job
+    pool, each with the proxy and a peer C(pi-dispatch-egress-probe-peer-<a|b>-<pid>) at a fixed address; each
+    peer must reach the proxy and neither the other peer (by name or address) nor the proxy's address on the
+    other network. The sweep also covers these networks under a dead pid.
 author:
   - pi-dispatch egress team
 attributes:
@@ -74,6 +84,29 @@ options:
     description: Extra seconds a probe container may take to start and exit.
     type: int
     default: 20
+  endpoint_timeout:
+    description: Seconds curl may take in each model endpoint probe (no answer in that time means the server
+      took the connection and is stuck or busy).
+    type: int
+    default: 15
+  models_json:
+    description:
+      - The overlay C(models.json) to check against the declared endpoints (comments, a byte order mark and
+        trailing commas allowed). Unset, those checks are reported as not run; the allowlist check still runs.
+    type: path
+  isolation:
+    description: Run the job-to-job isolation check on two throwaway job networks.
+    type: bool
+    default: true
+  job_network_pool:
+    description: The job networks' address pool, as given to M(pi_dispatch.egress.job_network) (the isolation
+      check's two networks come from it).
+    type: str
+    default: 10.47.0.0/16
+  job_network_prefix:
+    description: The prefix length of each job network's subnet in I(job_network_pool).
+    type: int
+    default: 29
   sweep:
     description: Sweep leftovers of earlier doctor runs before the canary.
     type: bool
@@ -135,7 +168,7 @@ summary:
   description: Count per status.
   returned: always
   type: dict
-  sample: {ok: 6, warn: 0, fail: 0, notrun: 4}
+  sample: {ok: 9, warn: 0, fail: 0, notrun: 1}
 actions:
   description: What the sweep removed or detached (or nothing in check mode).
   returned: always
@@ -151,6 +184,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
 
 
 def main():
@@ -163,6 +197,11 @@ def main():
         listed_host=dict(type='str'),
         probe_timeout=dict(type='int', default=_doctor.DEFAULT_PROBE_TIMEOUT),
         probe_start_grace=dict(type='int', default=_doctor.DEFAULT_PROBE_START_GRACE),
+        endpoint_timeout=dict(type='int', default=_doctor.DEFAULT_ENDPOINT_TIMEOUT),
+        models_json=dict(type='path'),
+        isolation=dict(type='bool', default=True),
+        job_network_pool=dict(type='str', default=_jobnet.DEFAULT_POOL),
+        job_network_prefix=dict(type='int', default=_jobnet.DEFAULT_PREFIX),
         sweep=dict(type='bool', default=True),
     )
     argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
@@ -170,8 +209,13 @@ def main():
     if dc.docker is None:
         module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
     p = module.params
-    if p['probe_timeout'] < 1 or p['probe_start_grace'] < 1:
-        module.fail_json(msg='probe_timeout and probe_start_grace must be at least 1 second')
+    for key in ('probe_timeout', 'probe_start_grace', 'endpoint_timeout'):
+        if p[key] < 1:
+            module.fail_json(msg='%s must be at least 1 second, not %d' % (key, p[key]))
+    try:
+        _jobnet.parse_pool(p['job_network_pool'], p['job_network_prefix'], 'job_network_pool', 'job_network_prefix')
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     for key in ('provider_host', 'deny_host', 'listed_host'):
         value = p[key]
         if value is not None and (not value or any(ch in value for ch in "/:'\" \t\n")):
@@ -185,7 +229,9 @@ def main():
                             provider_host=p['provider_host'], deny_host=p['deny_host'],
                             listed_host=p['listed_host'], probe_timeout=p['probe_timeout'],
                             start_grace=p['probe_start_grace'], docker_host=p['docker_host'],
-                            check_mode=module.check_mode)
+                            check_mode=module.check_mode, endpoint_timeout=p['endpoint_timeout'],
+                            models_json=p['models_json'], isolation=p['isolation'],
+                            job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'])
     if not p['sweep']:
         doctor.sweep = lambda alive=None: []
     try:

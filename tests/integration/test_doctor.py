@@ -75,15 +75,19 @@ def test_healthy_deployment_all_pass(egress_env, tmp_path):
         assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
     assert '401' in by_id['canary.provider']['message']
     assert 'ERR_ACCESS_DENIED' in by_id['canary.plain']['message']
-    # Nothing fails; the pieces other issues provide say "not checked yet", never pass.
+    # Two real job networks, one peer each: each reached the proxy and not the other.
+    assert by_id['isolation.peers']['status'] == 'ok', (by_id.get('isolation.peers'), lines)
+    assert 'pi-job-doctor-' in by_id['isolation.peers']['message']
+    assert by_id['overlay.allowlist_ok']['status'] == 'ok'
+    assert by_id['overlay.none']['status'] == 'notrun'  # no overlay models.json given: said, never a pass
     assert not [line for line in lines if line['status'] == 'fail']
-    assert not [line for line in lines if line['id'].startswith('endpoints.include')]  # nothing declared
-    for line_id in ('endpoints.probes', 'endpoints.overlay', 'isolation.peers'):
-        assert by_id[line_id]['status'] == 'notrun' and 'not checked yet' in by_id[line_id]['message']
+    assert not [line for line in lines if line['id'].startswith('endpoint')]  # nothing declared, no probe
+    assert not [line for line in lines if 'not checked yet' in line['message']]
     # Its own objects are gone.
     client = egress_env.client
     assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
     assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
+    assert not [n for n in client.api.networks(filters={'name': 'pi-job-doctor-'})]
 
 
 def test_check_mode_runs_probes_and_changes_nothing(egress_env, tmp_path):
@@ -288,3 +292,116 @@ def test_stuck_probe_keeps_the_network(egress_env):
     finally:
         _rm_container(client, probe)
         _rm_network(client, net)
+
+
+MODELS_JSON = """// the overlay a worker reads (comments and trailing commas are fine)
+{
+  "providers": {
+    "local-fake": {
+      "baseUrl": "http://models.test:8080/v1",
+      "api": "openai-completions",
+      "apiKey": "$PI_DISPATCH_KEYLESS",
+      "models": [{"id": "fake-model", "compat": {"maxTokensField": "max_tokens"}},],
+    },
+    "on-loopback": {"baseUrl": "http://localhost:11434/v1", "api": "openai-completions", "apiKey": "K",
+                    "models": [{"id": "x"}]},
+  },
+}
+"""
+
+
+def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
+    """Declared endpoints on this file's own proxy: one served (models.test:8080), one where nothing listens."""
+    endpoints = [{'id': 'fake-http', 'host': 'models.test', 'port': 8080, 'slots': 1, 'keyless': True},
+                 {'id': 'down', 'host': 'models.test', 'port': 9099, 'slots': 1}]
+    rc, out, _recap = run_playbook('playbooks/endpoints.yml', {
+        'egress_deploy_dir': own_proxy, 'egress_proxy_name': OWN_PROXY, 'egress_model_endpoints': endpoints})
+    assert rc == 0, out[-4000:]
+    overlay = tmp_path / 'models.json'
+    overlay.write_text(MODELS_JSON)
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'endpoints', doctor_proxy_name=OWN_PROXY,
+                                       doctor_deploy_dir=own_proxy, doctor_models_json=str(overlay),
+                                       doctor_isolation=False)
+    assert rc == 0, out[-4000:]  # warnings only
+    assert by_id['endpoints.include']['status'] == 'ok', lines
+
+    def of(line_id, endpoint_id):
+        found = [line for line in lines if line['id'] == line_id and 'endpoint %s' % endpoint_id in line['message']]
+        assert len(found) == 1, (line_id, endpoint_id, lines)
+        return found[0]
+
+    # The served endpoint: a tunnel gets the server's 200, the next port the proxy's 403, a plain request squid's.
+    tunnel = of('endpoint.tunnel', 'fake-http')
+    assert 'GET http://models.test:8080/v1/models through a CONNECT tunnel: 200' in tunnel['message']
+    port = of('endpoint.port_exact', 'fake-http')
+    assert 'models.test:8081' in port['message']
+    plain = of('endpoint.plain', 'fake-http')
+    assert 'ERR_ACCESS_DENIED' in plain['message']
+    # Nothing listens on 9099: the proxy let the tunnel through and nothing answered (503), a warning.
+    down = of('endpoint.tunnel_fails', 'down')
+    assert down['status'] == 'warn' and '503' in down['message'] and down['fix']
+    assert 'models.test:9100' in of('endpoint.port_exact', 'down')['message']
+    assert of('endpoint.plain', 'down')['status'] == 'ok'
+    # The overlay against the declaration.
+    assert by_id['overlay.uses']['status'] == 'ok' and 'fake-http' in by_id['overlay.uses']['message']
+    assert by_id['overlay.keyless']['status'] == 'ok' and 'local-fake' in by_id['overlay.keyless']['message']
+    assert by_id['overlay.loopback']['status'] == 'warn' and by_id['overlay.loopback']['fix']
+    assert by_id['isolation.notrun']['status'] == 'notrun'
+    client = egress_env.client
+    assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
+
+
+def test_killed_isolation_leftovers_are_swept(egress_env, tmp_path):
+    """A killed doctor left its two isolation job networks with peers and the proxy on them."""
+    _doctor = _import_doctor()
+    client = egress_env.client
+    dead = subprocess.Popen(['true'])
+    dead.wait()
+    nets = [_doctor.isolation_network_name(dead.pid, peer) for peer in _doctor.PEERS]
+    peers = [_doctor.peer_name(peer, dead.pid) for peer in _doctor.PEERS]
+    try:
+        for net, peer in zip(nets, peers):
+            _rm_container(client, peer)
+            _rm_network(client, net)
+            client.networks.create(net, driver='bridge', internal=True)
+            client.networks.get(net).connect(egress_env.proxy)
+            client.containers.run(egress_env.tools_image, ['sleep', '300'], name=peer, detach=True, network=net)
+        rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'isolation-leftovers')
+        assert rc == 0, out[-4000:]
+        for net, peer in zip(nets, peers):
+            swept = [line for line in lines if line['id'] == 'leftovers.removed' and net in line['message']]
+            assert swept, lines
+            assert peer in swept[0]['message'] and 'detaching %s' % egress_env.proxy in swept[0]['message']
+            with pytest.raises(docker.errors.NotFound):
+                client.api.inspect_network(net)
+            with pytest.raises(docker.errors.NotFound):
+                client.api.inspect_container(peer)
+    finally:
+        for net, peer in zip(nets, peers):
+            _rm_container(client, peer)
+            _rm_network(client, net)
+
+
+def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
+    """The check can fail: when both peers land on one job network, each reaches the other and it says so."""
+    _doctor = _import_doctor()
+    client = egress_env.client
+    real_create = _doctor._jobnet.create_job_network
+    made = {}
+
+    def shared(client_, job_id, **kwargs):
+        if job_id.endswith('-b') and 'a' in made:
+            return made['a']  # the broken layout: b's job shares a's network
+        made['a'] = real_create(client_, job_id, **kwargs)
+        return made['a']
+
+    monkeypatch.setattr(_doctor._jobnet, 'create_job_network', shared)
+    doc = _doctor.Doctor(client, egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={},
+                         start_grace=20)
+    lines = doc.isolation()
+    assert [(line.id, line.status) for line in lines][:1] == [('isolation.leaks', 'fail')], lines
+    assert "reached pi-dispatch-egress-probe-peer-b-" in lines[0].message
+    assert lines[0].fix
+    # It cleaned up after itself all the same.
+    assert not client.api.networks(filters={'name': 'pi-job-doctor-%d-' % doc.pid})
+    assert not client.api.containers(all=True, filters={'name': 'pi-dispatch-egress-probe-peer-'})

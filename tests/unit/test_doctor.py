@@ -25,6 +25,11 @@ OWN = 4242
     ('pi-dispatch-egress-doctor-12\n', None),
     ('pi-dispatch-egress-out', None),
     ('pi-job-12-net', None),
+    ('pi-job-doctor-12-a-net', 12),
+    ('pi-job-doctor-12-b-net', 12),
+    ('pi-job-doctor-12-c-net', None),
+    ('pi-job-doctor-12-net', None),
+    ('pi-job-doctor-x-a-net', None),
 ])
 def test_parse_doctor_network(name, pid):
     assert _doctor.parse_doctor_network(name) == pid
@@ -172,9 +177,10 @@ def fake_not_found(monkeypatch):
     monkeypatch.setattr(_doctor.dc, 'api_message', lambda exc: str(exc))
 
 
-def doctor(api, docker_host=None, check_mode=False):
+def doctor(api, docker_host=None, check_mode=False, isolation=False):
     return _doctor.Doctor(FakeClient(api), 'pi-dispatch-egress-proxy', '/nonexistent', 'img',
-                          docker_host=docker_host, check_mode=check_mode, pid=OWN, environ={})
+                          docker_host=docker_host, check_mode=check_mode, pid=OWN, environ={},
+                          isolation=isolation)
 
 
 def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
@@ -330,11 +336,6 @@ def test_probe_that_did_not_run_is_never_a_pass(fn):
     line = fn(P, None, why_not='the container could not start: no such image')
     assert (line.id, line.status) == ('canary.notrun', 'notrun')
     assert 'no such image' in line.message
-
-
-def test_not_checked_lines_never_pass():
-    for line in _doctor.not_checked_lines():
-        assert line.status == 'notrun' and 'not checked yet' in line.message
 
 
 # --- proxy lines ------------------------------------------------------------------------------------------
@@ -497,8 +498,10 @@ class SetupAPI(FakeAPI):
 def test_canary_setup_failure_is_not_run_and_cleans_up(monkeypatch, fail_on, removed):
     monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: object())
     api = SetupAPI(fail_on)
-    lines = doctor(api).canary()
+    lines, endpoint_lines, isolation_lines = doctor(api).canary()
     assert [(line.id, line.status) for line in lines] == [('canary.setup', 'notrun')]
+    assert endpoint_lines == []  # nothing declared in /nonexistent
+    assert [line.id for line in isolation_lines] == ['isolation.notrun']
     net = 'pi-dispatch-egress-doctor-%d' % OWN
     assert (('network rm', net) in api.calls) is removed
     assert not [call for call in api.calls if call[0] == 'run']
@@ -507,7 +510,8 @@ def test_canary_setup_failure_is_not_run_and_cleans_up(monkeypatch, fail_on, rem
 def test_canary_missing_probe_image_is_not_run(monkeypatch):
     monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: None)
     api = SetupAPI(None)
-    lines = doctor(api).canary()
+    lines, _endpoint_lines, isolation_lines = doctor(api, isolation=True).canary()
     assert [(line.id, line.status) for line in lines] == [('canary.setup', 'notrun')]
+    assert [(line.id, line.status) for line in isolation_lines] == [('isolation.notrun', 'notrun')]
     assert 'img' in lines[0].message and lines[0].fix
     assert api.calls == []
