@@ -269,3 +269,47 @@ def test_a_second_run_changes_nothing(world):
     assert (after['Id'], after['State']['StartedAt']) == (attrs['Id'], attrs['State']['StartedAt'])
     assert world.backups() == backups
     assert world.get('http://plain.test:8080/') == (403, 'squid')
+
+
+JOB_NET = 'pi-job-h6cut-net'
+
+
+def test_restart_that_would_cut_a_job_needs_consent(world):
+    """A job network attached: the restart is refused (naming how many jobs) until the operator consents."""
+    client = world.client
+    try:
+        client.networks.get(JOB_NET).remove()
+    except docker.errors.NotFound:
+        pass
+    client.networks.create(JOB_NET, driver='bridge', internal=True, labels=LABEL)
+    try:
+        client.networks.get(JOB_NET).connect(PROXY)
+        # The folder's rules differ from the package again (an operator's older copy).
+        with open(world.rules, 'w') as handle:
+            handle.write(world.packaged + '# an older copy\n')
+        edited = world.read_rules()
+        before = world.inspect()['State']['StartedAt']
+        backups = world.backups()
+        rc, out, _ = world.upgrade(egress_upgrade_allow_replace=True)
+        assert rc != 0, out[-4000:]
+        assert 'would cut 1 job attached' in out and 'egress_upgrade_allow_cut_jobs' in out, out[-4000:]
+        assert world.read_rules() == edited and world.backups() == backups  # nothing written
+        assert world.inspect()['State']['StartedAt'] == before  # not restarted
+        # With consent: refreshed with a backup, restarted, and the job network is still attached.
+        rc, out, _ = world.upgrade(egress_upgrade_allow_replace=True, egress_upgrade_allow_cut_jobs=True)
+        assert rc == 0, out[-4000:]
+        assert 'restarted: localhost' in out, out[-4000:]
+        assert world.read_rules() == world.packaged
+        assert len(world.backups()) == len(backups) + 1
+        after = world.inspect()
+        assert after['State']['StartedAt'] != before
+        assert JOB_NET in after['NetworkSettings']['Networks']
+        world.wait_healthy()
+        assert world.get('http://plain.test/') == (401, 'upstream')
+    finally:
+        net = client.networks.get(JOB_NET)
+        try:
+            net.disconnect(PROXY, force=True)
+        except docker.errors.APIError:
+            pass
+        net.remove()
