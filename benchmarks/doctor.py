@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark the doctor: its wall time against the time of its single slowest probe.
 
     python3 benchmarks/doctor.py --proxy pi-dispatch-egress-proxy --deploy-dir /opt/pi-dispatch/egress \\

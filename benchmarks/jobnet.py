@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark per-job networks: capacity, create/teardown cost, our overhead vs raw SDK calls.
 
     python3 benchmarks/jobnet.py --count 500 --proxy pi-dispatch-egress-proxy

@@ -536,8 +536,8 @@ def classify_plain(listed, result, why_not=None):
                     "squid's 403 %s; only a CONNECT reaches 443)" % (listed, error.split()[0]))
     if not code:
         return notrun_line('plain', 'the proxy gave no answer: %s' % _no_answer(result))
-    what = 'GET http://%s:443/ without a tunnel got %d%s' % (listed, code, ' X-Squid-Error: %s' % error
-                                                              if error else ' from upstream')
+    detail = ' X-Squid-Error: %s' % error if error else ' from upstream'
+    what = 'GET http://%s:443/ without a tunnel got %d%s' % (listed, code, detail)
     return Line('canary.plain_leaks', 'fail', 'Egress policy lets plain HTTP through to %s on port 443 (%s)'
                 % (listed, what),
                 fix='refresh deploy/egress-proxy.conf to the packaged rules (they allow a plain request only to '
@@ -843,8 +843,8 @@ def classify_isolation(peers):
         for key, what in (('peer_name', "%s's name"), ('peer_address', "%s's address"),
                           ('proxy_other', "the proxy's address on %s's network")):
             if reached(result[key]):
-                leaks.append('%s on %s reached %s (%s: %s)' % (peer['peer'], peer['net'], what % peer['other'],
-                                                              peer['targets'][key], _check_text(result[key])))
+                leaks.append('%s on %s reached %s (%s: %s)' % (
+                    peer['peer'], peer['net'], what % peer['other'], peer['targets'][key], _check_text(result[key])))
     if leaks:
         return Line('isolation.leaks', 'fail', 'Job-to-job isolation is broken: %s' % '; '.join(leaks),
                     fix='job networks must be created --internal, one per job (pi_dispatch.egress.job_network); '

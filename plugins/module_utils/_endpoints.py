@@ -276,7 +276,7 @@ def classify_host(host):
 
 def _classify_ipv6(host):
     if '%' in host:
-        raise HostRefused('has an IPv6 zone id (%...)',
+        raise HostRefused('has an IPv6 zone id (a percent sign and an interface after the address)',
                           'write the address without the zone id; the proxy cannot use one')
     if host.count(':') == 1:
         raise HostRefused('is host:port', 'put only the host in "host" and the port in "port"')

@@ -140,12 +140,12 @@ def build_base(client, tag, suite, mirror, workdir=None, variant='minbase'):
     rootfs = os.path.join(tmp, 'rootfs')
     try:
         proc = subprocess.run(['debootstrap', '--variant=%s' % variant, suite, rootfs, mirror],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800, check=False)
         if proc.returncode != 0:
             tail = proc.stdout.decode('utf-8', 'replace').strip().splitlines()[-15:]
             raise ImageError('debootstrap %s from %s failed (exit %d):\n%s\nCheck that the mirror serves %s '
-                             '(apt-get update uses the same one).' % (suite, mirror, proc.returncode,
-                                                                    '\n'.join(tail), suite))
+                             '(apt-get update uses the same one).'
+                             % (suite, mirror, proc.returncode, '\n'.join(tail), suite))
         tar_path = os.path.join(tmp, 'rootfs.tar')
         with tarfile.open(tar_path, 'w') as tar:
             for entry in sorted(os.listdir(rootfs)):

@@ -144,7 +144,7 @@ def loads(text):
     except ValueError as exc:
         lineno = getattr(exc, 'lineno', None)
         colno = getattr(exc, 'colno', None)
-        where = 'line %d column %d' % (lineno, colno) if lineno else ''
+        where = 'line %s column %s' % (lineno, colno) if lineno else ''
         raise ModelsJsonError('is not valid JSON (%s)' % getattr(exc, 'msg', exc), where)
 
 
@@ -222,8 +222,9 @@ def _describe(check, key):
 def _check_fields(obj, fields, where):
     for key, check in sorted(fields.items()):
         if key in obj and not check(obj[key]):
-            raise ModelsJsonError('%s.%s is %s, which must be %s' % (where, key, json.dumps(obj[key])[:60],
-                                                                  _describe(check, key)), '%s.%s' % (where, key))
+            raise ModelsJsonError('%s.%s is %s, which must be %s'
+                                  % (where, key, json.dumps(obj[key])[:60], _describe(check, key)),
+                                  '%s.%s' % (where, key))
 
 
 def validate(data):
@@ -421,9 +422,8 @@ def check(text, endpoints, allowlist_hosts=(), known_providers=KNOWN_PROVIDERS, 
                 reasons.append('model %s is not served by a declared endpoint' % _q(mid))
                 continue
             on_endpoint = True
-            lines.append(Line(OK, 'Overlay model %s uses declared endpoint %s (%s)' % (label, endpoint.id,
-                                                                                      endpoint.address),
-                              kind='uses'))
+            lines.append(Line(OK, 'Overlay model %s uses declared endpoint %s (%s)'
+                              % (label, endpoint.id, endpoint.address), kind='uses'))
             if _priced(model) and _max_tokens_field(provider, model) != MAX_TOKENS:
                 lines.append(Line(WARN, 'Overlay models.json sends the output cap of %s as max_completion_tokens '
                                         'to a declared model endpoint, which a local server may ignore (Ollama '

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -23,13 +23,14 @@ description:
     C(host.containers.internal), or a domain such as C(.internal) that covers
     them) are warnings naming the line; declare a model endpoint instead.
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: It validates and writes nothing, so there is nothing to diff.
 options:
   path:
     description: The allowlist file.

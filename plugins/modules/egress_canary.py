@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -38,7 +38,7 @@ description:
     peer must reach the proxy and neither the other peer (by name or address) nor the proxy's address on the
     other network. The sweep also covers these networks under a dead pid.
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full

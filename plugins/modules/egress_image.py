@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -24,13 +24,14 @@ description:
   - Records the squid version found in the image in the label
     C(io.pi-dispatch.egress.squid-version) when I(squid=true).
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full
     description: Reports whether the base and the image would be built.
   diff_mode:
     support: none
+    description: A build has no file diff; the result names the build hash and what changed.
 options:
   name:
     description: Tag of the image to build.

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -22,13 +22,14 @@ description:
   - What this proves is the structure (the proxy is up), not the allowlist's contents.
   - Never changes anything.
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: It reads one inspect and changes nothing.
 options:
   enabled:
     description: Whether the egress policy is on. When C(false) the job is admitted without asking the daemon.

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -27,7 +27,7 @@ description:
   - A thin adapter over C(plugins/module_utils/_jobnet.py), which a job runner can import and
     call directly (create_job_network, teardown_job_network).
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full

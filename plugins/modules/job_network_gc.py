@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -27,13 +27,14 @@ description:
   - Every candidate is reported exactly once, as removed, kept (with a fixed reason) or failed
     (with the step and the daemon's message). Nothing is silently skipped.
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full
     description: Lists what would be removed (and detached) and what would be kept; changes nothing.
   diff_mode:
     support: none
+    description: Removals are listed in the result (in check mode, what would go); there is no file diff.
 options:
   min_age:
     description: Seconds a network must have existed before it may be swept. C(0) sweeps regardless of age.

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -29,7 +29,7 @@ description:
   - A proxy that does not exist or is not running is not reloaded; the file is still written (the proxy
     reads it when it starts) and a warning says so.
 author:
-  - pi-dispatch egress team
+  - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
     support: full

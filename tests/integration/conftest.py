@@ -67,7 +67,7 @@ def run_playbook(playbook, extra_vars, check=False, timeout=900):
     if check:
         cmd += ['--check', '--diff']
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                          env=ansible_env(), cwd=ROOT)
+                          env=ansible_env(), cwd=ROOT, check=False)
     out = proc.stdout.decode('utf-8', 'replace')
     recap = {}
     for line in out.splitlines():
@@ -135,10 +135,10 @@ class EgressEnv(object):
                  'cat /tmp/body 2>/dev/null; rm -f /tmp/body /tmp/headers' % (
                      ' '.join(shlex.quote(a) for a in argv), ' '.join(shlex.quote(a) for a in args))
         _rc, out = self.exec_client(['sh', '-c', script], timeout=timeout + 5)
-        first, _, rest = out.partition('\n')
-        rcline, _, rest = rest.partition('\n')
-        _, _, rest = rest.partition('---\n')
-        headers, _, body = rest.partition('---\n')
+        first, _sep, rest = out.partition('\n')
+        rcline, _sep, rest = rest.partition('\n')
+        _head, _sep, rest = rest.partition('---\n')
+        headers, _sep, body = rest.partition('---\n')
         codes = first.split()
         return dict(rc=int(rcline.split('=', 1)[1]) if rcline.startswith('rc=') else -1,
                     code=int(codes[0]) if codes and codes[0].isdigit() else 0,
@@ -193,7 +193,7 @@ def _wait_fake_ready(client, name, deadline_s=30):
 def _wait_path_ready(env, tries=20):
     """Bounded wait (at most ``tries`` curls of 3 s) until the provider answers through the proxy."""
     last = None
-    for _ in range(tries):
+    for _attempt in range(tries):
         last = env.curl(['https://api.provider.test/'], timeout=3)
         if last['code'] == 401:
             return

@@ -87,7 +87,7 @@ def test_healthy_deployment_all_pass(egress_env, tmp_path):
     client = egress_env.client
     assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
     assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
-    assert not [n for n in client.api.networks(filters={'name': 'pi-job-doctor-'})]
+    assert not client.api.networks(filters={'name': 'pi-job-doctor-'})
 
 
 def test_check_mode_runs_probes_and_changes_nothing(egress_env, tmp_path):

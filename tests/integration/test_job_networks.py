@@ -95,7 +95,7 @@ def scratch(world):
 
 def _nc(container, host, port, tries=2, wait=2):
     """True when a TCP connect succeeds within ``tries`` bounded attempts."""
-    for _ in range(tries):
+    for _attempt in range(tries):
         rc, _out = container.exec_run(['timeout', str(wait + 2), 'nc', '-z', '-w', str(wait), host, str(port)])
         if rc == 0:
             return True

@@ -74,7 +74,7 @@ def declared(egress_env):
     try:
         yield egress_env
     finally:
-        rc, out, _ = _endpoints(egress_env, [])
+        rc, out, _recap = _endpoints(egress_env, [])
         assert rc == 0, out[-4000:]
 
 
@@ -133,7 +133,7 @@ def test_declare_render_reload_keeps_jobs(declared):
     assert 'not needed' in out
 
     # Remove the endpoint, render, reload: refused again.
-    rc, out, _ = _endpoints(env, [])
+    rc, out, _recap = _endpoints(env, [])
     assert rc == 0, out[-4000:]
     gone = env.curl(['https://models.test:8443/v1/models'])
     assert gone['connect'] == 403, gone['raw']
@@ -146,7 +146,7 @@ def test_invalid_declaration_changes_nothing(declared):
     include = os.path.join(env.deploy_dir, 'model-endpoints.conf')
     declaration = os.path.join(env.deploy_dir, 'model-endpoints.json')
     before = (open(include).read(), open(declaration).read())
-    rc, out, _ = _endpoints(env, [dict(ENDPOINT, host='127.0.0.1')])
+    rc, out, _recap = _endpoints(env, [dict(ENDPOINT, host='127.0.0.1')])
     assert rc != 0
     assert 'endpoint 0 (id \\"fake-models\\")' in out or 'endpoint 0 (id "fake-models")' in out, out[-4000:]
     assert '127.0.0.1' in out

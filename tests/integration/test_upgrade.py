@@ -161,7 +161,7 @@ def world(egress_env, tmp_path_factory):
     book = os.path.join(w.root, 'deployment.yml')
     with open(book, 'w') as handle:
         handle.write(DEPLOYMENT_PLAYBOOK)
-    rc, out, _ = run_playbook(book, {'h6_deploy_dir': w.deploy_dir, 'h6_allowlist': egress_env.allowlist})
+    rc, out, _recap = run_playbook(book, {'h6_deploy_dir': w.deploy_dir, 'h6_allowlist': egress_env.allowlist})
     assert rc == 0, out[-4000:]
     # The folder's rules are the packaged copy; make them the pre-#503 shape with the 8080 difference.
     w.packaged = w.read_rules()
@@ -173,8 +173,8 @@ def world(egress_env, tmp_path_factory):
     with open(book, 'w') as handle:
         handle.write(OLD_PROXY_PLAYBOOK)
     try:
-        rc, out, _ = run_playbook(book, {'h6_proxy': PROXY, 'h6_deploy_dir': w.deploy_dir,
-                                         'h6_network': egress_env.upstream_net})
+        rc, out, _recap = run_playbook(book, {'h6_proxy': PROXY, 'h6_deploy_dir': w.deploy_dir,
+                                              'h6_network': egress_env.upstream_net})
         assert rc == 0, out[-4000:]
         client.networks.create(CLIENT_NET, driver='bridge', internal=True, labels=LABEL)
         client.networks.get(CLIENT_NET).connect(PROXY)
@@ -193,7 +193,7 @@ def test_the_old_shape_lets_a_plain_get_to_8080_through(world):
 
 def test_without_consent_to_replace_nothing_is_written(world):
     before = world.inspect()['Id']
-    rc, out, _ = world.upgrade()
+    rc, out, _recap = world.upgrade()
     assert rc != 0, out
     assert 'egress_upgrade_allow_replace' in out and 'nothing written' in out, out[-4000:]
     assert 'refused: localhost' in out
@@ -207,7 +207,7 @@ def test_rules_squid_refuses_are_rolled_back(world):
     broken = os.path.join(world.root, 'broken-egress-proxy.conf')
     with open(broken, 'w') as handle:
         handle.write(world.packaged + BROKEN_LINE)
-    rc, out, _ = world.upgrade(egress_upgrade_allow_replace=True, egress_upgrade_rules_source=broken)
+    rc, out, _recap = world.upgrade(egress_upgrade_allow_replace=True, egress_upgrade_rules_source=broken)
     print(out[max(0, out.find('Summary of the egress upgrade') - 100):])  # the rollback, for the record
     assert rc != 0
     assert 'did not become healthy' in out, out[-4000:]
@@ -229,8 +229,8 @@ def test_rules_squid_refuses_are_rolled_back(world):
 def test_check_mode_shows_the_diff_and_the_backup_and_writes_nothing(world):
     before = world.inspect()['Id']
     backups = world.backups()
-    rc, out, _ = run_playbook('playbooks/upgrade.yml', world.upgrade_vars(egress_upgrade_allow_replace=True),
-                              check=True)
+    rc, out, _recap = run_playbook('playbooks/upgrade.yml', world.upgrade_vars(egress_upgrade_allow_replace=True),
+                                   check=True)
     assert rc == 0, out[-4000:]
     assert '+include /etc/pi-dispatch/model-endpoints.conf' in out and '-acl pi_port_8080 port 8080' in out
     assert '--- %s' % world.rules in out and 'packaged rules, version' in out
@@ -241,7 +241,7 @@ def test_check_mode_shows_the_diff_and_the_backup_and_writes_nothing(world):
 
 def test_upgrade_refreshes_and_replaces_the_two_mount_proxy(world):
     backups_before = world.backups()
-    rc, out, _ = world.upgrade(egress_upgrade_allow_replace=True)
+    rc, out, _recap = world.upgrade(egress_upgrade_allow_replace=True)
     assert rc == 0, out[-5000:]
     assert 'refreshed: localhost' in out and 'replaced: localhost' in out, out[-4000:]
     new = sorted(set(world.backups()) - set(backups_before))
@@ -290,13 +290,13 @@ def test_restart_that_would_cut_a_job_needs_consent(world):
         edited = world.read_rules()
         before = world.inspect()['State']['StartedAt']
         backups = world.backups()
-        rc, out, _ = world.upgrade(egress_upgrade_allow_replace=True)
+        rc, out, _recap = world.upgrade(egress_upgrade_allow_replace=True)
         assert rc != 0, out[-4000:]
         assert 'would cut 1 job attached' in out and 'egress_upgrade_allow_cut_jobs' in out, out[-4000:]
         assert world.read_rules() == edited and world.backups() == backups  # nothing written
         assert world.inspect()['State']['StartedAt'] == before  # not restarted
         # With consent: refreshed with a backup, restarted, and the job network is still attached.
-        rc, out, _ = world.upgrade(egress_upgrade_allow_replace=True, egress_upgrade_allow_cut_jobs=True)
+        rc, out, _recap = world.upgrade(egress_upgrade_allow_replace=True, egress_upgrade_allow_cut_jobs=True)
         assert rc == 0, out[-4000:]
         assert 'restarted: localhost' in out, out[-4000:]
         assert world.read_rules() == world.packaged

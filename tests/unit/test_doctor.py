@@ -174,7 +174,7 @@ class FakeClient(object):
 @pytest.fixture(autouse=True)
 def fake_not_found(monkeypatch):
     monkeypatch.setattr(_doctor.dc, 'is_not_found', lambda exc: isinstance(exc, NotFound))
-    monkeypatch.setattr(_doctor.dc, 'api_message', lambda exc: str(exc))
+    monkeypatch.setattr(_doctor.dc, 'api_message', str)
 
 
 def doctor(api, docker_host=None, check_mode=False, isolation=False):
@@ -185,8 +185,8 @@ def doctor(api, docker_host=None, check_mode=False, isolation=False):
 
 def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'],
-                  attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100',
-                                                             'pi-dispatch-egress-proxy']},
+                  attached={'pi-dispatch-egress-doctor-100': [
+                      'pi-dispatch-egress-probe-deny-100', 'pi-dispatch-egress-proxy']},
                   containers=['pi-dispatch-egress-probe-plain-100', 'pi-dispatch-egress-probe-plain-101'])
     doc = doctor(api)
     lines = doc.sweep(alive=lambda pid: False)
@@ -219,8 +219,8 @@ def test_sweep_remote_daemon_reports_never_sweeps():
 
 def test_sweep_stuck_probe_keeps_network():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'],
-                  attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100',
-                                                             'pi-dispatch-egress-probe-plain-100', 'other']},
+                  attached={'pi-dispatch-egress-doctor-100': [
+                      'pi-dispatch-egress-probe-deny-100', 'pi-dispatch-egress-probe-plain-100', 'other']},
                   stuck=['pi-dispatch-egress-probe-deny-100'])
     lines = doctor(api).sweep(alive=lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.kept']

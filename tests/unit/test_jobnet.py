@@ -94,7 +94,7 @@ def test_allocate_subnet(taken, expected):
 
 def test_allocate_is_never_overlapping_and_fills_the_pool():
     taken = []
-    for _ in range(32):
+    for _attempt in range(32):
         net = jn.allocate_subnet('10.47.0.0/24', 29, taken)
         assert not any(net.overlaps(t) for t in taken)
         taken.append(net)

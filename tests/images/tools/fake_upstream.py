@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fake upstream for the egress tests: answers like a provider.
 
 HTTPS (self-signed) on 443 and 8443, plain HTTP on 80 and 8080, and any
@@ -68,7 +67,7 @@ def main():
     threads = [threading.Thread(target=httpd.serve_forever, daemon=True) for httpd in bound]
     for t in threads:
         t.start()
-    print('fake upstream ready on %s' % sorted(p for p, _ in servers), flush=True)
+    print('fake upstream ready on %s' % sorted(p for p, _tls in servers), flush=True)
     for t in threads:
         t.join()
 
