@@ -65,14 +65,8 @@ options:
     description: Check that the image runs squid and label its version.
     type: bool
     default: true
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0
   - debootstrap on the target, when I(base_build=debootstrap) has to build the base

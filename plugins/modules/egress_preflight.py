@@ -43,14 +43,8 @@ options:
     description: Fail the task unless the verdict is C(admit) (the verdict is returned either way).
     type: bool
     default: false
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds the inspect may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0 (only when I(enabled=true))
 seealso:

@@ -87,14 +87,8 @@ options:
     description: Seconds to wait for the proxy to become healthy.
     type: int
     default: 60
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0
   - Docker Engine API >= 1.41

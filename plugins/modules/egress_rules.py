@@ -62,7 +62,8 @@ options:
         file. Excludes I(refresh).
     type: path
   proxy_name:
-    description: Inspect this proxy container and return the decision of what follows the refresh.
+    description: Inspect this proxy container and return the decision of what follows the refresh. Only then
+      is the daemon (I(docker_host)) contacted.
     type: str
   allow_cut_jobs:
     description: Consent to restart or replace a proxy that has job networks attached (cuts their tunnels).
@@ -72,14 +73,8 @@ options:
     description: Consent to replace a two-mount proxy (made before model endpoints) together with the refresh.
     type: bool
     default: false
-  docker_host:
-    description: The daemon to talk to when I(proxy_name) is set; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 seealso:
   - module: pi_dispatch.egress.egress_proxy
   - module: pi_dispatch.egress.egress_deployment

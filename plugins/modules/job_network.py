@@ -73,14 +73,8 @@ options:
         when I(docker_host) is a remote daemon, whose routes this host cannot see.
     type: bool
     default: true
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0
   - Docker Engine API >= 1.41

@@ -56,14 +56,8 @@ options:
     description: Fail the task when any network could not be removed (it is reported either way).
     type: bool
     default: false
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0
 seealso:

@@ -58,14 +58,8 @@ options:
     description: Reload the proxy (C(squid -k reconfigure)) when the include changed.
     type: bool
     default: true
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)).
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0 (only to reload)
 seealso:
