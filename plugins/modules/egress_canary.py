@@ -108,18 +108,14 @@ options:
     type: int
     default: 29
   sweep:
-    description: Sweep leftovers of earlier doctor runs before the canary.
+    description:
+      - Sweep leftovers of earlier doctor runs before the canary.
+      - Only on a daemon that is a unix socket on this host (the default, or a C(unix://) I(docker_host));
+        on any other daemon a leftover is reported, never swept, because its pid may be alive there.
     type: bool
     default: true
-  docker_host:
-    description: The daemon to talk to; default the local one (or C(DOCKER_HOST)). A daemon that is not a
-      unix socket on this host is never swept, only reported.
-    type: str
-    aliases: [docker_url]
-  docker_timeout:
-    description: Seconds an API call may take.
-    type: int
-    default: 60
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
 requirements:
   - Docker SDK for Python >= 7.0
 seealso:
