@@ -134,8 +134,27 @@ def differences(spec, obs, image_id):
     return diffs
 
 
-def decide(state, obs, diffs):
-    """The ordered actions for ``state`` given the observed container (or None)."""
+# A copy of the allowlist as squid last read it, kept inside the container (its /tmp survives a
+# container restart, so a stale copy only ever causes one extra, harmless reconfigure).
+LOADED_ALLOWLIST = '/tmp/pi-egress-loaded-allowlist.conf'
+
+
+def allowlist_check_cmd():
+    """Exit 0 when the mounted allowlist is what squid last read, 1 when it changed, 2 when unknown."""
+    return ['cmp', '-s', LOADED_ALLOWLIST, _rules.CONTAINER_ALLOWLIST]
+
+
+def allowlist_record_cmd():
+    return ['cp', _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST]
+
+
+def decide(state, obs, diffs, allowlist_changed=False):
+    """The ordered actions for ``state`` given the observed container (or None).
+
+    ``allowlist_changed``: the running squid read another allowlist than the
+    file it mounts now (a hand edit); started/present then reconfigure it,
+    which re-reads the allowlist without cutting any job's tunnel.
+    """
     if state == 'absent':
         return ['remove'] if obs else []
     actions = []
@@ -160,7 +179,8 @@ def decide(state, obs, diffs):
         actions.append('start')
     if fresh and obs and obs['job_networks']:
         actions.append('reconnect')
-    if state == 'reloaded' and not fresh and running:
+    if not fresh and running and (state == 'reloaded' or
+                                   (state in ('present', 'started') and allowlist_changed)):
         actions.append('reconfigure')
     return actions
 

@@ -36,7 +36,10 @@ attributes:
 options:
   state:
     description:
-      - C(present) and C(started) make sure the container exists in the wanted shape and runs.
+      - C(present) and C(started) make sure the container exists in the wanted shape and runs. When the
+        running squid read another allowlist than the file mounted now (an operator's edit), they also run
+        C(squid -k reconfigure), which re-reads it without cutting any job; the module keeps a copy of the
+        allowlist squid read inside the container to tell.
       - C(stopped) stops it (creating it stopped when missing).
       - C(absent) removes it.
       - C(restarted) makes sure it exists and restarts it, so squid rereads its rules.
@@ -123,6 +126,11 @@ differences:
   returned: always
   type: list
   elements: str
+allowlist_changed:
+  description: The mounted allowlist differed from the one the running squid read, so it was (or, in check
+    mode, would be) reconfigured.
+  returned: always
+  type: bool
 messages:
   description: Notes such as job networks reconnected after a recreate.
   returned: always
@@ -212,7 +220,8 @@ def main():
         module.fail_json(msg=str(exc), retryable=exc.retryable)
 
     manager = _proxy.ProxyManager(client, spec, check_mode=module.check_mode)
-    result = dict(changed=False, actions=manager.actions, differences=[], messages=manager.messages, container={})
+    result = dict(changed=False, actions=manager.actions, differences=[], messages=manager.messages, container={},
+                  allowlist_changed=False)
     try:
         container = manager.container()
         obs = _proxy.observed(container.attrs) if container else None
@@ -239,7 +248,18 @@ def main():
                                  **result)
         diffs = _proxy.differences(spec, obs, image_id) if obs and p['state'] != 'absent' else []
         result['differences'] = diffs
-        actions = _proxy.decide(p['state'], obs, diffs)
+        allowlist_changed = False
+        if obs and not diffs and obs['running'] and not obs['paused'] and p['state'] in ('present', 'started'):
+            try:
+                rc, _out = dc.exec_in(container, _proxy.allowlist_check_cmd())
+                allowlist_changed = rc != 0
+            except dc.EngineError as exc:
+                manager.messages.append('could not compare the allowlist with what squid last read: %s' % exc)
+            if allowlist_changed:
+                manager.messages.append('the allowlist differs from what squid last read (edited by hand, or '
+                                        'never recorded): reconfigure, which cuts no job')
+        result['allowlist_changed'] = allowlist_changed
+        actions = _proxy.decide(p['state'], obs, diffs, allowlist_changed=allowlist_changed)
         if p['state'] != 'absent':
             manager.ensure_network(internal=p['network_internal'])
         container = manager.apply(actions, container, obs['job_networks'] if obs else [])
@@ -254,6 +274,12 @@ def main():
                     module.fail_json(msg='The proxy did not become healthy within %ss (last status: %s). '
                                          'Its log ends with:\n%s' % (p['wait_timeout'], status,
                                                                      _proxy.logs_tail(container)), **result)
+            if started and p['state'] != 'stopped':
+                # What squid read: the next run compares the mounted file with this copy.
+                try:
+                    dc.exec_in(container, _proxy.allowlist_record_cmd())
+                except dc.EngineError as exc:
+                    manager.messages.append('could not record the allowlist squid read: %s' % exc)
             container.reload()
             obs_after = _proxy.observed(container.attrs)
             result['container'] = dict((k, obs_after[k]) for k in (

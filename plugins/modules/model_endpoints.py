@@ -140,6 +140,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _inplace
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
 PARSE_CMD = ['squid', '-k', 'parse', '-f', _rules.CONTAINER_RULES]
@@ -273,6 +274,8 @@ def main():
                     module.fail_json(msg='squid -k reconfigure in %s exited %s: %s. The include is written; '
                                          'run the reload again (docker exec %s squid -k reconfigure).'
                                          % (p['proxy_name'], rc, _tail(out), p['proxy_name']), **result)
+                # A reconfigure re-reads the allowlist too: record it, as egress_proxy does.
+                dc.exec_in(container, _proxy.allowlist_record_cmd())
             except dc.EngineError as exc:
                 result['reloaded'] = False
                 module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k '

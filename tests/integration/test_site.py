@@ -91,25 +91,40 @@ def test_check_mode_on_a_deployed_host_predicts_no_change(egress_env):
     assert recap.get('changed') == 0, out[-4000:]
 
 
-def test_hand_edited_allowlist_is_left_untouched(egress_env):
+def test_hand_edited_allowlist_is_left_untouched_and_read_without_a_restart(egress_env):
+    """An operator lists models.test by hand: site.yml keeps the file and reconfigures squid (no restart)."""
     path = os.path.join(egress_env.deploy_dir, 'egress-allowlist.conf')
     with open(path) as handle:
         original = handle.read()
-    edited = original + '# added by the operator\nextra.test\n'
+    edited = original + '# added by the operator\nmodels.test\n'
+    refused = egress_env.curl(['https://models.test/'])
+    assert refused['connect'] == 403, refused['raw']  # not listed yet
+    started = _started_at(egress_env)
     with open(path, 'w') as handle:  # in place: the proxy mounts this single file
         handle.write(edited)
     try:
         before = _digests(egress_env.deploy_dir)
         rc, out, recap = egress_env.site()
         assert rc == 0, out[-4000:]
-        assert recap.get('changed') == 0, out[-4000:]
+        assert recap.get('changed') == 1, out[-4000:]  # the proxy task: a reconfigure, nothing else
+        assert 'reconfigure' in out and 'the allowlist differs from what squid last read' in out, out[-4000:]
         with open(path) as handle:
             assert handle.read() == edited
         assert _digests(egress_env.deploy_dir) == before
         assert 'Left untouched' in out and 'egress-allowlist.conf' in out
+        assert _started_at(egress_env) == started  # not restarted: no job was cut
+        reached = egress_env.curl(['https://models.test/'])
+        assert (reached['connect'], reached['code']) == (200, 401), reached['raw']
+        # Nothing changed since: the next run is quiet.
+        rc, out, recap = egress_env.site()
+        assert rc == 0 and recap.get('changed') == 0, out[-4000:]
     finally:
         with open(path, 'w') as handle:
             handle.write(original)
+        rc, out, _recap = egress_env.site()
+        assert rc == 0, out[-4000:]
+    gone = egress_env.curl(['https://models.test/'])
+    assert gone['connect'] == 403, gone['raw']
 
 
 def test_bad_allowlist_is_refused_with_file_and_line_and_proxy_keeps_running(egress_env):

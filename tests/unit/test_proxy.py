@@ -109,3 +109,35 @@ def test_decision_table(state, have, differs, jobs, want):
         obs = _proxy.observed(_attrs(spec, running=have in (R, P), paused=have == P, networks=nets))
     diffs = ['image: differs'] if differs else []
     assert _proxy.decide(state if state != 'present' else 'started', obs, diffs) == want
+
+
+# (state wanted, container, differs) with the allowlist changed since squid read it -> actions
+ALLOWLIST_CHANGED = [
+    ('started', R, False, ['reconfigure']),        # a hand edit: re-read it, cut nothing
+    ('present', R, False, ['reconfigure']),
+    ('started', R, True, ['remove', 'create', 'start']),  # recreated anyway: squid reads it at start
+    ('started', S, False, ['start']),              # a start reads it
+    ('started', P, False, ['unpause', 'reconfigure']),
+    ('started', None, False, ['create', 'start']),
+    ('restarted', R, False, ['restart']),          # a restart reads it; no extra reconfigure
+    ('reloaded', R, False, ['reconfigure']),       # never twice
+    ('stopped', R, False, ['stop']),
+    ('absent', R, False, ['remove']),
+]
+
+
+@pytest.mark.parametrize('state, have, differs, want', ALLOWLIST_CHANGED)
+def test_decision_when_the_allowlist_changed(state, have, differs, want):
+    spec = _spec()
+    obs = None
+    if have:
+        obs = _proxy.observed(_attrs(spec, running=have in (R, P), paused=have == P,
+                                     networks=['pi-dispatch-egress-out']))
+    diffs = ['image: differs'] if differs else []
+    assert _proxy.decide(state, obs, diffs, allowlist_changed=True) == want
+
+
+def test_allowlist_commands_compare_and_record_the_mounted_file():
+    mounted = '/etc/pi-dispatch/egress-allowlist.conf'
+    assert _proxy.allowlist_check_cmd() == ['cmp', '-s', _proxy.LOADED_ALLOWLIST, mounted]
+    assert _proxy.allowlist_record_cmd() == ['cp', mounted, _proxy.LOADED_ALLOWLIST]
