@@ -179,8 +179,8 @@ def decide(state, obs, diffs, allowlist_changed=False):
         actions.append('start')
     if fresh and obs and obs['job_networks']:
         actions.append('reconnect')
-    if not fresh and running and (state == 'reloaded' or
-                                   (state in ('present', 'started') and allowlist_changed)):
+    reread = state == 'reloaded' or (state in ('present', 'started') and allowlist_changed)
+    if reread and not fresh and running:
         actions.append('reconfigure')
     return actions
 
