@@ -26,6 +26,7 @@ ALLOWLIST = 'egress-allowlist.conf'
 RULES = os.path.join('deploy', 'egress-proxy.conf')
 ENDPOINTS_JSON = 'model-endpoints.json'
 ENDPOINTS_CONF = 'model-endpoints.conf'
+GUARD_CONF = 'egress-guard.conf'
 
 DEFAULT_ALLOWLIST = [
     dict(host='api.anthropic.com', comment='the provider: every turn of every job'),
@@ -42,12 +43,14 @@ class DeploymentError(Exception):
 
 def empty_include():
     """The model-endpoints include with nothing declared (header only)."""
-    try:
-        from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
-        return _endpoints.render_include([])
-    except (ImportError, AttributeError):  # pragma: no cover - until endpoints land
-        return ('# pi-dispatch model endpoints (rendered from model-endpoints.json; do not edit)\n'
-                '# Nothing is declared.\n')
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+    return _endpoints.render_include([])
+
+
+def default_guard():
+    """The guard include before the daemon's gateways are known: every non-public range refused."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard
+    return _guard.default_render()
 
 
 def layout(allowlist_entries=None):
@@ -58,6 +61,7 @@ def layout(allowlist_entries=None):
         (RULES, _rules.packaged_rules()),
         (ENDPOINTS_JSON, EMPTY_DECLARATION),
         (ENDPOINTS_CONF, empty_include()),
+        (GUARD_CONF, default_guard()),
     ]
 
 
@@ -68,6 +72,7 @@ def paths(deploy_dir):
         rules=os.path.join(deploy_dir, RULES),
         endpoints_json=os.path.join(deploy_dir, ENDPOINTS_JSON),
         endpoints_conf=os.path.join(deploy_dir, ENDPOINTS_CONF),
+        guard_conf=os.path.join(deploy_dir, GUARD_CONF),
     )
 
 

@@ -61,19 +61,25 @@ REFUSED_V4 = (ipaddress.ip_network('127.0.0.0/8'), ipaddress.ip_network('0.0.0.0
               ipaddress.ip_network('10.0.2.2/32'))
 REFUSED_V6 = (ipaddress.ip_address('::1'), ipaddress.ip_address('::'))
 
-# The loopback nets a declared *name* must not resolve to (the render's
-# own ACL). Not link-local: a link-local endpoint is allowed, and a name
-# may resolve to one (host.containers.internal on podman).
-LOOPBACK_NETS = ('127.0.0.0/8', '0.0.0.0/32', '::1', '::/128')
-LOOPBACK_ACL = 'pi_endpoints_loopback'
+# Cloud metadata services: never a model server, as a literal or as what a name resolves to.
+METADATA_ADDRESSES = ('169.254.169.254', '100.100.100.200', 'fd00:ec2::254')
+
+# What a declared *name* must not resolve to (the render's own ACL): this
+# host's loopback, slirp4netns's host alias, the metadata addresses, and the
+# job-network pool (added at render time). Not link-local as such: a name may
+# resolve to one (host.containers.internal on podman is 169.254.1.2).
+NEVER_NETS = ('127.0.0.0/8', '0.0.0.0/8', '10.0.2.2/32', '169.254.169.254/32', '100.100.100.200/32',
+              '::1', '::/128', 'fd00:ec2::254/128')
+NEVER_ACL = 'pi_endpoints_never'
 
 INCLUDE_HEADER = """\
 # pi-dispatch model endpoints, rendered from model-endpoints.json by the
 # pi_dispatch.egress collection (model_endpoints module). Do not edit: declare
 # model servers in model-endpoints.json, render again, then reload the proxy
 # (squid -k reconfigure). This file is written in place; never replace it.
-# Each endpoint admits a CONNECT tunnel to exactly its host and port: no other
-# port of that host, and no plain forward request to it.
+# Each endpoint adds a CONNECT tunnel to exactly its host and port: no other
+# port of that host. A plain request to it gets only what the allowlist gives
+# any host (port 80, when the host is listed).
 """
 
 
@@ -214,6 +220,10 @@ _NO_SELF = ('inside the proxy that is the proxy itself, not your machine',
             'Podman, or the LAN name or address of the machine')
 
 
+_METADATA = ('is a cloud metadata address, which hands out the machine\'s credentials and is never a model '
+             'server', 'remove the endpoint, or declare the address the model server really listens on')
+
+
 def classify_host(host):
     """Return (canonical host, kind) for a valid endpoint host, else raise HostRefused.
 
@@ -246,6 +256,8 @@ def classify_host(host):
         raise HostRefused('ends with a dot', 'remove the trailing dot')
     if _IPV4.match(lowered):
         address = ipaddress.IPv4Address(lowered)
+        if lowered in METADATA_ADDRESSES:
+            raise HostRefused(*_METADATA)
         for net in REFUSED_V4:
             if address in net:
                 raise HostRefused('is %s (in %s): %s' % (lowered, net, _NO_SELF[0]), _NO_SELF[1])
@@ -291,6 +303,8 @@ def _classify_ipv6(host):
     if address.ipv4_mapped is not None:
         raise HostRefused('is an IPv4-mapped IPv6 address (::ffff:a.b.c.d)',
                           'write the IPv4 address %s itself' % address.ipv4_mapped)
+    if address.compressed in METADATA_ADDRESSES:
+        raise HostRefused(*_METADATA)
     if address in REFUSED_V6:
         raise HostRefused('is %s: %s' % (address.compressed, _NO_SELF[0]), _NO_SELF[1])
     return address.compressed, 'ipv6'
@@ -509,14 +523,21 @@ def dumps(endpoints, version=SUPPORTED_VERSION):
 
 # --- render ----------------------------------------------------------------------
 
-def render_include(endpoints):
+def render_include(endpoints, pool=None):
     """The squid include for ``endpoints`` (Endpoint objects or validated dicts).
 
-    A fixed header, then for each endpoint sorted by id: a deny when a
-    declared *name* resolves to this host's loopback, a deny of any plain
-    (untunnelled) request to it, and the allow of a CONNECT tunnel to exactly
-    that host and port. Nothing declared renders the header alone.
+    A fixed header, then for each endpoint sorted by id: for a declared
+    *name*, a deny of its tunnel when the name resolves to what no endpoint
+    may lead to (:data:`NEVER_NETS` and the job-network ``pool``), then the
+    allow of a CONNECT tunnel to exactly that host and port. The port is
+    tested first, so squid resolves nothing for a request to another port;
+    an address endpoint is matched as written (``dst -n``), so a name whose
+    records include that address gets nothing. Endpoints only ever ADD a
+    tunnel: a plain request to the host falls through to the allowlist's own
+    rules. Nothing declared renders the header alone.
     """
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet import DEFAULT_POOL
+    pool_net = ipaddress.ip_network(pool or DEFAULT_POOL, strict=False)
     eps = [e if isinstance(e, Endpoint) else Endpoint(**_endpoint_kwargs(e)) for e in endpoints]
     eps = sorted(eps, key=lambda e: e.id)
     seen = set()
@@ -524,25 +545,29 @@ def render_include(endpoints):
         if e.id in seen:
             raise ValueError('endpoint id %s appears twice' % e.id)
         seen.add(e.id)
+        if e.kind != 'name' and ipaddress.ip_address(e.host) in pool_net:
+            raise EndpointsError([Problem(FILE_NAME, 'host', e.host, 'is in the job-network pool %s: that is '
+                                          'another job\'s container or job network, never a model server'
+                                          % pool_net, 'declare the address the model server listens on',
+                                          endpoint_id=e.id, index=0)])
     out = [INCLUDE_HEADER]
     if not eps:
         return ''.join(out)
     if any(e.kind == 'name' for e in eps):
-        out.append('\n# This host\'s loopback, which a declared name must not resolve to.\n')
-        out.append('acl %s dst %s\n' % (LOOPBACK_ACL, ' '.join(LOOPBACK_NETS)))
+        out.append('\n# What a declared name must not resolve to: this host\'s loopback, slirp4netns\'s host '
+                   'alias,\n# the cloud metadata addresses and the job-network pool.\n')
+        out.append('acl %s dst %s %s\n' % (NEVER_ACL, ' '.join(NEVER_NETS), pool_net))
     for e in eps:
         p = e.acl_prefix
         flags = 'slots %d%s' % (e.slots, ', keyless' if e.keyless else '')
         out.append('\n# endpoint %s: %s (%s)\n' % (e.id, e.address, flags))
-        if e.kind == 'name':
-            out.append('acl %s_host dstdomain -n %s\n' % (p, e.host))
-        else:
-            out.append('acl %s_host dst %s\n' % (p, e.host))
         out.append('acl %s_port port %d\n' % (p, e.port))
         if e.kind == 'name':
-            out.append('http_access deny %s_host %s_port %s\n' % (p, p, LOOPBACK_ACL))
-        out.append('http_access deny !CONNECT %s_host %s_port\n' % (p, p))
-        out.append('http_access allow CONNECT %s_host %s_port\n' % (p, p))
+            out.append('acl %s_host dstdomain -n %s\n' % (p, e.host))
+            out.append('http_access deny CONNECT %s_port %s_host %s\n' % (p, p, NEVER_ACL))
+        else:
+            out.append('acl %s_host dst -n %s\n' % (p, e.host))
+        out.append('http_access allow CONNECT %s_port %s_host\n' % (p, p))
     return ''.join(out)
 
 

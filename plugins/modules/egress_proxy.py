@@ -18,10 +18,24 @@ description:
     model-endpoints include bind-mounted read-only as single files, restart policy
     C(unless-stopped), C(host.docker.internal:host-gateway), a health check that
     asks squid itself (C(squidclient mgr:info) against port 3128) and no published port.
-  - Compares what matters (image, mounts, upstream network, restart policy, extra
-    hosts, published ports, health check) and recreates the container only when
-    something differs. Job networks the old container was attached to are
-    reconnected to the new one.
+  - Runs it hardened - every capability dropped (squid runs as the unprivileged C(proxy) user
+    and needs none, C(NET_RAW) included), a read-only root file system with small tmpfs mounts
+    for C(/tmp) and C(/run/squid), C(no-new-privileges), packet forwarding off
+    (C(net.ipv4.ip_forward=0), C(net.ipv6.conf.all.forwarding=0)), memory, pids and open-file
+    limits, and a rotated C(json-file) log - and mounts the destination guard include
+    C(egress-guard.conf) beside the model-endpoints include.
+  - Compares every setting it applies (image, command, mounts, upstream network, restart policy,
+    extra hosts, published ports, health check and its timing, labels, security options,
+    capabilities, read-only root, tmpfs, sysctls, memory and pids limits, ulimits, log config) and
+    recreates the container only when something differs, reporting each difference in
+    RV(differences) and the diff. It also compares, by content, every mounted file inside the
+    running proxy with the file on disk; a file saved by rename (C(sed -i), an editor) leaves the
+    proxy reading the old inode, and is a difference too. Networks the old container was attached
+    to (job networks and any other but the upstream) are reconnected to the new one.
+  - A replace, restart, stop or removal that would cut jobs (job networks attached to a running or
+    paused proxy) is refused with the count, unless O(allow_cut_jobs) is set: the same rule as the
+    upgrade.
+  - Before it starts or reloads squid it validates the allowlist; a refused allowlist changes nothing.
   - A container under the proxy's name that is not a pi-dispatch proxy (no label of
     this collection and no squid rules mount) is refused, never replaced.
 author:
@@ -90,6 +104,33 @@ options:
     description: Seconds to wait for the proxy to become healthy.
     type: int
     default: 60
+  allow_cut_jobs:
+    description:
+      - Consent to an action that cuts the jobs attached to the running proxy (their tunnels drop):
+        a replace (any difference, including a stale mount), a restart, a stop or a removal. Without
+        it such an action is refused and nothing changes.
+    type: bool
+    default: false
+  memory:
+    description: Memory limit of the container (no swap beyond it), a size such as C(512m) or C(1g); at least C(64m).
+    type: str
+    default: 512m
+  pids_limit:
+    description: Most processes and threads in the container (squid, its health checks and execs).
+    type: int
+    default: 256
+  nofile:
+    description: Open-file limit (soft and hard) of the container, which bounds squid's file descriptors.
+    type: int
+    default: 16384
+  log_max_size:
+    description: Size at which Docker rotates the proxy's json-file log (the access log), e.g. C(10m).
+    type: str
+    default: 10m
+  log_max_file:
+    description: How many rotated json-file logs Docker keeps.
+    type: int
+    default: 3
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -121,11 +162,25 @@ actions:
   type: list
   elements: str
   sample: [create network pi-dispatch-egress-out, create, start, reconnect]
+refused:
+  description: True when the actions were refused because they would cut jobs without O(allow_cut_jobs).
+  returned: when refused
+  type: bool
 differences:
   description: What differed between the running and the wanted container.
   returned: always
   type: list
   elements: str
+stale_mounts:
+  description: Mounted files that were replaced on disk (saved by rename), which the running proxy still read
+    the old copy of; they make the proxy be recreated.
+  returned: always
+  type: list
+  elements: str
+jobs_cut:
+  description: How many attached jobs the actions cut (or would cut, when refused or in check mode).
+  returned: always
+  type: int
 allowlist_changed:
   description: The mounted allowlist differed from the one the running squid read, so it was (or, in check
     mode, would be) reconfigured.
@@ -175,6 +230,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
@@ -193,6 +249,12 @@ def main():
         health_interval=dict(type='int', default=5),
         wait=dict(type='bool', default=True),
         wait_timeout=dict(type='int', default=60),
+        allow_cut_jobs=dict(type='bool', default=False),
+        memory=dict(type='str', default=_proxy.DEFAULT_LIMITS['memory']),
+        pids_limit=dict(type='int', default=_proxy.DEFAULT_LIMITS['pids']),
+        nofile=dict(type='int', default=_proxy.DEFAULT_LIMITS['nofile']),
+        log_max_size=dict(type='str', default=_proxy.DEFAULT_LIMITS['log_max_size']),
+        log_max_file=dict(type='int', default=_proxy.DEFAULT_LIMITS['log_max_file']),
     )
     argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
@@ -207,12 +269,18 @@ def main():
         module.fail_json(msg='health_interval and wait_timeout must be at least 1 second')
 
     deploy_paths = _deployment.paths(p['deploy_dir']) if p['deploy_dir'] else None
-    spec = _proxy.desired_spec(
-        p['image'],
-        deploy_paths['rules'] if deploy_paths else '', deploy_paths['allowlist'] if deploy_paths else '',
-        deploy_paths['endpoints_conf'] if deploy_paths else '',
-        network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
-        health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'])
+    limits = dict(memory=p['memory'], pids=p['pids_limit'], nofile=p['nofile'], log_max_size=p['log_max_size'],
+                  log_max_file=p['log_max_file'])
+    try:
+        spec = _proxy.desired_spec(
+            p['image'],
+            deploy_paths['rules'] if deploy_paths else '', deploy_paths['allowlist'] if deploy_paths else '',
+            deploy_paths['endpoints_conf'] if deploy_paths else '',
+            network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
+            health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'],
+            guard=deploy_paths['guard_conf'] if deploy_paths else None, limits=limits)
+    except _proxy.ProxyError as exc:
+        module.fail_json(msg='%s. Nothing was changed.' % exc)
 
     try:
         client = dc.connect(p['docker_host'], p['docker_timeout'])
@@ -221,7 +289,7 @@ def main():
 
     manager = _proxy.ProxyManager(client, spec, check_mode=module.check_mode)
     result = dict(changed=False, actions=manager.actions, differences=[], messages=manager.messages, container={},
-                  allowlist_changed=False)
+                  allowlist_changed=False, stale_mounts=[], jobs_cut=0)
     try:
         container = manager.container()
         obs = _proxy.observed(container.attrs) if container else None
@@ -231,25 +299,49 @@ def main():
                                  'or choose another name.' % (p['name'], _proxy.LABEL_ROLE), **result)
         image_id = None
         if p['state'] != 'absent':
-            for path in (deploy_paths['rules'], deploy_paths['allowlist']) + (
-                    (deploy_paths['endpoints_conf'],) if p['mount_endpoints'] else ()):
+            for src, _dst in spec['mounts']:
+                path = [v for v in deploy_paths.values() if os.path.realpath(v) == src]
+                path = path[0] if path else src
                 if os.path.islink(path):
                     module.fail_json(msg='%s is a symlink; the proxy mounts it as a single file. Replace it '
-                                         'with the real file.' % path, **result)
+                                         'with the real file. Nothing was changed.' % path, **result)
             missing = manager.missing_sources()
             if missing:
                 module.fail_json(msg='Mount source(s) missing: %s. Lay out the deployment folder first '
-                                     '(pi_dispatch.egress.egress_deployment or playbooks/site.yml).'
-                                     % ', '.join(missing), **result)
+                                     '(pi_dispatch.egress.egress_deployment or playbooks/site.yml), which adds '
+                                     'what is missing and changes nothing else.' % ', '.join(missing), **result)
+            if p['state'] not in ('stopped',):
+                # squid reads the allowlist at every start and reconfigure: never one nobody validated.
+                with open(deploy_paths['allowlist'], 'r') as handle:
+                    parsed = _allowlist.parse(handle.read(), deploy_paths['allowlist'])
+                if parsed.errors:
+                    module.fail_json(msg='The allowlist is refused, so the proxy was not started or reloaded on '
+                                         'it (squid keeps its last good file):\n%s'
+                                         % '\n'.join('  - %s' % e for e in parsed.errors),
+                                     problems=[e.as_dict() for e in parsed.errors], **result)
             image_id = manager.image_id()
             if image_id is None:
                 module.fail_json(msg='Image %s is not on this daemon. Build it with the proxy role '
                                      '(playbooks/site.yml builds it locally; nothing is pulled).' % p['image'],
                                  **result)
         diffs = _proxy.differences(spec, obs, image_id) if obs and p['state'] != 'absent' else []
+        live = bool(obs and obs['running'] and not obs['paused'])
+        if obs and live and p['state'] != 'absent':
+            # A mounted file saved by rename is a new inode the running proxy never sees.
+            try:
+                rc, out = dc.exec_in(container, _proxy.mounted_digests_cmd([d for _s, d in spec['mounts']]))
+                stale = _proxy.stale_mounts(spec, _proxy.parse_digests(out))
+            except dc.EngineError as exc:
+                stale = []
+                manager.messages.append('could not compare the mounted files with the proxy\'s view: %s' % exc)
+            for src, dst in stale:
+                diffs.append('mounts: %s was replaced on disk (saved by rename, e.g. sed -i or an editor); the '
+                             'running proxy still reads the old file at %s, so the proxy is recreated to mount '
+                             'the new one' % (src, dst))
+            result['stale_mounts'] = [src for src, _dst in stale]
         result['differences'] = diffs
         allowlist_changed = False
-        if obs and not diffs and obs['running'] and not obs['paused'] and p['state'] in ('present', 'started'):
+        if obs and not diffs and live and p['state'] in ('present', 'started'):
             try:
                 rc, _out = dc.exec_in(container, _proxy.allowlist_check_cmd())
                 allowlist_changed = rc != 0
@@ -259,10 +351,19 @@ def main():
                 manager.messages.append('the allowlist differs from what squid last read (edited by hand, or '
                                         'never recorded): reconfigure, which cuts no job')
         result['allowlist_changed'] = allowlist_changed
-        actions = _proxy.decide(p['state'], obs, diffs, allowlist_changed=allowlist_changed)
+        actions = _proxy.decide(p['state'], obs, diffs, allowlist_changed=allowlist_changed, upstream=p['network'])
+        result['jobs_cut'] = _proxy.jobs_cut(actions, obs)
+        refusal = _proxy.consent_refusal(actions, obs, p['allow_cut_jobs'])
+        if refusal:
+            result['refused'] = True
+            if module._diff and diffs:
+                result['diff'] = dict(before='\n'.join(diffs) + '\n', after='(refused: %s)\n' % refusal)
+            module.fail_json(msg='%s What differs: %s' % (refusal, '; '.join(diffs) or 'nothing (%s asked)'
+                                                          % p['state']), **result)
         if p['state'] != 'absent':
             manager.ensure_network(internal=p['network_internal'])
-        container = manager.apply(actions, container, obs['job_networks'] if obs else [])
+        old_networks = _proxy.reattach_networks(obs, p['network']) if obs else []
+        container = manager.apply(actions, container, old_networks)
         result['changed'] = bool(manager.actions)
         if module._diff and diffs:
             result['diff'] = dict(before='\n'.join(diffs) + '\n', after='(recreated in the wanted shape)\n')
@@ -274,12 +375,6 @@ def main():
                     module.fail_json(msg='The proxy did not become healthy within %ss (last status: %s). '
                                          'Its log ends with:\n%s' % (p['wait_timeout'], status,
                                                                      _proxy.logs_tail(container)), **result)
-            if started and p['state'] != 'stopped':
-                # What squid read: the next run compares the mounted file with this copy.
-                try:
-                    dc.exec_in(container, _proxy.allowlist_record_cmd())
-                except dc.EngineError as exc:
-                    manager.messages.append('could not record the allowlist squid read: %s' % exc)
             container.reload()
             obs_after = _proxy.observed(container.attrs)
             result['container'] = dict((k, obs_after[k]) for k in (
@@ -289,9 +384,8 @@ def main():
             result['container'] = obs
     except (_proxy.ProxyError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **result)
-    for message in manager.messages:
-        if 'already exists and is' in message:
-            module.warn(message)
+    for warning in manager.warnings:
+        module.warn(warning)
     module.exit_json(**result)
 
 

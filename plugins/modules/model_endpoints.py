@@ -143,7 +143,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _inplace
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
-PARSE_CMD = ['squid', '-k', 'parse', '-f', _rules.CONTAINER_RULES]
+PARSE_CMD = _proxy.PARSE_CMD
 RECONFIGURE_CMD = ['squid', '-k', 'reconfigure', '-f', _rules.CONTAINER_RULES]
 
 
@@ -191,7 +191,10 @@ def main():
     result['declaration'] = dict(path=decl_path, exists=exists)
 
     # 2. render, and compare with the file the proxy mounts.
-    new_text = _endpoints.render_include(endpoints)
+    try:
+        new_text = _endpoints.render_include(endpoints)
+    except _endpoints.EndpointsError as exc:
+        module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
     empty_text = _endpoints.render_include([])
     try:
         st = _inplace.check_target(include)
@@ -256,27 +259,16 @@ def main():
         result['inode'] = written['inode']
         if container is not None:
             try:
-                rc, out = dc.exec_in(container, PARSE_CMD)
-                if rc != 0:
-                    restore = current
-                    try:
-                        _inplace.write_in_place(include, restore, fallback=empty_text)
-                        put_back = 'The previous include was written back'
-                    except _inplace.InPlaceError as exc:
-                        put_back = 'Writing the previous include back failed too (%s)' % exc
-                    result['reloaded'] = False
-                    module.fail_json(msg='squid refused its rules with the new include (squid -k parse exited '
-                                         '%s), so the proxy was not reloaded. %s. squid said:\n%s'
-                                         % (rc, put_back, _tail(out)), **result)
-                rc, out = dc.exec_in(container, RECONFIGURE_CMD)
-                if rc != 0:
-                    result['reloaded'] = False
-                    module.fail_json(msg='squid -k reconfigure in %s exited %s: %s. The include is written; '
-                                         'run the reload again (docker exec %s squid -k reconfigure).'
-                                         % (p['proxy_name'], rc, _tail(out), p['proxy_name']), **result)
-                # A reconfigure re-reads the allowlist too: record it, as egress_proxy does.
-                dc.exec_in(container, _proxy.allowlist_record_cmd())
-            except dc.EngineError as exc:
+                _proxy.reconfigure(container)
+            except _proxy.ParseRefused as exc:
+                try:
+                    _inplace.write_in_place(include, current, fallback=empty_text)
+                    put_back = 'The previous include was written back'
+                except _inplace.InPlaceError as exc2:
+                    put_back = 'Writing the previous include back failed too (%s)' % exc2
+                result['reloaded'] = False
+                module.fail_json(msg='%s %s.' % (exc, put_back), **result)
+            except (_proxy.ProxyError, dc.EngineError) as exc:
                 result['reloaded'] = False
                 module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k '
                                      'reconfigure.' % (exc, p['proxy_name']), **result)

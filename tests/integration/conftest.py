@@ -97,6 +97,9 @@ class EgressEnv(object):
 
     def site_vars(self, **more):
         extra = {
+            # The fake upstream lives on the (internal) upstream network, a private range the guard
+            # refuses by default: open exactly that subnet, nothing else.
+            'egress_private_destinations': [self.upstream_subnet] if getattr(self, 'upstream_subnet', None) else [],
             'egress_deploy_dir': self.deploy_dir,
             'egress_proxy_name': self.proxy,
             'egress_proxy_upstream_network': self.upstream_net,
@@ -203,6 +206,14 @@ def _wait_path_ready(env, tries=20):
                              tries, last['raw'], env.client.api.logs(env.proxy, tail=30).decode()))
 
 
+def create_upstream_network(client, name):
+    """The proxy's upstream network, --internal, made before site.yml so its subnet can be opened."""
+    net = client.networks.create(name, driver='bridge', internal=True,
+                                 labels={'io.pi-dispatch.egress.network': 'upstream'})
+    net.reload()
+    return net.attrs['IPAM']['Config'][0]['Subnet']
+
+
 @pytest.fixture(scope='session')
 def engine():
     try:
@@ -230,6 +241,7 @@ def egress_env(engine, tmp_path_factory):
     for name in (env.job_net, env.upstream_net):
         _remove_network(client, name)
 
+    env.upstream_subnet = create_upstream_network(client, env.upstream_net)
     rc, out, _recap = env.site()
     if rc != 0:
         pytest.fail('site.yml failed (rc=%s):\n%s' % (rc, out[-6000:]))

@@ -154,6 +154,7 @@ def own_proxy(egress_env, tmp_path_factory):
         'egress_proxy_network_internal': True,
         'egress_allowlist_seed': egress_env.allowlist,
         'egress_proxy_install_debootstrap': False,
+        'egress_private_destinations': [egress_env.upstream_subnet],
     })
     assert rc == 0, out[-4000:]
     try:

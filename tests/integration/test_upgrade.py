@@ -97,6 +97,7 @@ class World(object):
             'egress_proxy_extra_hosts': ['loopback.test:127.0.0.1'],
             'egress_proxy_wait_timeout': WAIT,
             'egress_upgrade_refresh_rules': True,
+            'egress_private_destinations': [self.env.upstream_subnet],
         }
         out.update(more)
         return out

@@ -7,7 +7,8 @@ import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist, _deployment, _rules
 
-FILES = ['egress-allowlist.conf', 'deploy/egress-proxy.conf', 'model-endpoints.json', 'model-endpoints.conf']
+FILES = ['egress-allowlist.conf', 'deploy/egress-proxy.conf', 'model-endpoints.json', 'model-endpoints.conf',
+         'egress-guard.conf']
 
 
 def _snapshot(root):
@@ -76,7 +77,7 @@ def test_existing_pi_dispatch_folder_is_adopted_as_is(tmp_path):
     before = _snapshot(str(root))
     result = _deployment.apply(str(root))
     created = sorted(os.path.relpath(p, str(root)) for p in result['created'])
-    assert created == ['model-endpoints.conf', 'model-endpoints.json']
+    assert created == ['egress-guard.conf', 'model-endpoints.conf', 'model-endpoints.json']
     after = _snapshot(str(root))
     for key, value in before.items():
         if key != '.' and key != 'deploy':
@@ -86,7 +87,7 @@ def test_existing_pi_dispatch_folder_is_adopted_as_is(tmp_path):
 def test_check_mode_writes_nothing(tmp_path):
     root = str(tmp_path / 'egress')
     result = _deployment.apply(root, check_mode=True)
-    assert result['changed'] and len(result['created']) == 4
+    assert result['changed'] and len(result['created']) == 5
     assert not os.path.exists(root)
 
 
@@ -158,4 +159,4 @@ def test_custom_seed_entries(tmp_path):
 def test_missing_parents_are_created(tmp_path):
     root = str(tmp_path / 'opt' / 'pi-dispatch' / 'egress')
     result = _deployment.apply(root)
-    assert len(result['created']) == 4 and os.path.isdir(os.path.join(root, 'deploy'))
+    assert len(result['created']) == 5 and os.path.isdir(os.path.join(root, 'deploy'))

@@ -250,19 +250,44 @@ def test_render_rules_shape():
     text = E.render_include(E.parse(GOLDEN_CASES['mixed']))
     lines = text.splitlines()
     assert 'acl pi_ep_mac_ollama_host dstdomain -n host.docker.internal' in lines
-    assert 'acl pi_ep_lan_vllm_host dst 192.168.1.20' in lines
-    assert 'acl pi_ep_v6_lmstudio_host dst 2001:db8::20' in lines
+    # An address endpoint is matched as written: a name whose records include it gets nothing.
+    assert 'acl pi_ep_lan_vllm_host dst -n 192.168.1.20' in lines
+    assert 'acl pi_ep_v6_lmstudio_host dst -n 2001:db8::20' in lines
     assert '# endpoint v6-lmstudio: [2001:db8::20]:1234 (slots 4)' in lines
-    assert 'acl pi_endpoints_loopback dst 127.0.0.0/8 0.0.0.0/32 ::1 ::/128' in lines
+    never = [line for line in lines if line.startswith('acl pi_endpoints_never dst ')]
+    assert len(never) == 1
+    for net in ('127.0.0.0/8', '10.0.2.2/32', '169.254.169.254/32', '100.100.100.200/32', 'fd00:ec2::254/128',
+                '10.47.0.0/16'):
+        assert net in never[0].split()
+    # link-local as such stays allowed (podman's host.containers.internal is 169.254.1.2)
+    assert '169.254.0.0/16' not in never[0]
     allows = [line for line in lines if line.startswith('http_access allow')]
     assert all(line.startswith('http_access allow CONNECT pi_ep_') for line in allows)
+    # The port is tested first, so squid resolves nothing for a request to another port.
+    for line in [line for line in lines if line.startswith('http_access')]:
+        assert line.split()[3].endswith('_port'), line
+    # Endpoints only add a tunnel: no deny of plain requests (they fall through to the allowlist's rules).
+    assert not [line for line in lines if '!CONNECT' in line]
     ids = [line.split()[2] for line in lines if line.startswith('# endpoint')]
     assert ids == sorted(ids)
-    # the loopback deny precedes the allow for a name
-    assert lines.index('http_access deny pi_ep_mac_ollama_host pi_ep_mac_ollama_port pi_endpoints_loopback') < \
-        lines.index('http_access allow CONNECT pi_ep_mac_ollama_host pi_ep_mac_ollama_port')
-    # link-local is not in the loopback ACL
-    assert '169.254' not in [line for line in lines if line.startswith('acl pi_endpoints_loopback')][0]
+    # the never deny precedes the allow for a name
+    assert lines.index('http_access deny CONNECT pi_ep_mac_ollama_port pi_ep_mac_ollama_host pi_endpoints_never') < \
+        lines.index('http_access allow CONNECT pi_ep_mac_ollama_port pi_ep_mac_ollama_host')
+
+
+def test_render_refuses_an_address_endpoint_in_the_job_pool():
+    with pytest.raises(E.EndpointsError) as info:
+        E.render_include(E.parse(doc(dict(id='peer', host='10.47.0.2', port=8080, slots=1))))
+    assert 'job-network pool 10.47.0.0/16' in str(info.value)
+    # the pool the render is told about, not only the default
+    E.render_include(E.parse(doc(dict(id='peer', host='10.47.0.2', port=8080, slots=1))), pool='10.99.0.0/16')
+
+
+@pytest.mark.parametrize('host', ['169.254.169.254', '100.100.100.200', 'fd00:ec2::254', 'FD00:EC2::254'])
+def test_metadata_addresses_are_refused(host):
+    with pytest.raises(E.EndpointsError) as info:
+        E.parse(doc(dict(id='meta', host=host, port=80, slots=1)))
+    assert 'cloud metadata address' in str(info.value)
 
 
 def test_render_accepts_dicts():

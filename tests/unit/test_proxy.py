@@ -10,8 +10,17 @@ def _spec(**kw):
                                '/d/egress-allowlist.conf', '/d/model-endpoints.conf', **kw)
 
 
+def _hardened(spec):
+    """HostConfig fields as Docker reports them for a container created from ``spec``."""
+    return {'SecurityOpt': list(spec['security_opt']), 'CapDrop': list(spec['cap_drop']), 'CapAdd': None,
+            'ReadonlyRootfs': True, 'Tmpfs': dict(spec['tmpfs']), 'Sysctls': dict(spec['sysctls']),
+            'Memory': spec['memory'], 'MemorySwap': spec['memory'], 'PidsLimit': spec['pids_limit'],
+            'Ulimits': [{'Name': u['name'], 'Soft': u['soft'], 'Hard': u['hard']} for u in spec['ulimits']],
+            'LogConfig': {'Type': spec['log_config']['type'], 'Config': dict(spec['log_config']['config'])}}
+
+
 def _attrs(spec, running=True, paused=False, status=None, networks=None, mounts=None, image='sha256:img',
-           restart='unless-stopped', extra_hosts=None, ports=None, labels=None):
+           restart='unless-stopped', extra_hosts=None, ports=None, labels=None, host=None, health=None, cmd=None):
     mounts = mounts if mounts is not None else [
         {'Type': 'bind', 'Source': src, 'Destination': dst, 'RW': False} for src, dst in spec['mounts']]
     return {
@@ -19,11 +28,18 @@ def _attrs(spec, running=True, paused=False, status=None, networks=None, mounts=
         'State': {'Status': status or ('paused' if paused else 'running' if running else 'exited'),
                   'Running': running, 'Paused': paused, 'Health': {'Status': 'healthy'}},
         'Mounts': mounts,
-        'HostConfig': {'RestartPolicy': {'Name': restart},
-                       'ExtraHosts': extra_hosts if extra_hosts is not None else list(spec['extra_hosts']),
-                       'PortBindings': ports or {}},
-        'Config': {'Healthcheck': {'Test': spec['healthcheck']['test']},
-                   'Labels': labels if labels is not None else {_proxy.LABEL_ROLE: 'proxy'}},
+        'HostConfig': dict(_hardened(spec), RestartPolicy={'Name': restart},
+                           ExtraHosts=extra_hosts if extra_hosts is not None else list(spec['extra_hosts']),
+                           PortBindings=ports or {}, **(host or {})),
+        'Config': {'Healthcheck': dict({'Test': spec['healthcheck']['test'],
+                                        'Interval': spec['healthcheck']['interval'],
+                                        'Timeout': spec['healthcheck']['timeout'],
+                                        'Retries': spec['healthcheck']['retries'],
+                                        'StartPeriod': spec['healthcheck']['start_period']}, **(health or {})),
+                   'Cmd': cmd if cmd is not None else list(spec['command']),
+                   # Docker merges the image's labels in: only ours are compared.
+                   'Labels': labels if labels is not None else {_proxy.LABEL_ROLE: 'proxy',
+                                                                'org.opencontainers.image.title': 'x'}},
         'NetworkSettings': {'Networks': dict((n, {}) for n in (networks or ['pi-dispatch-egress-out']))},
     }
 
@@ -40,6 +56,20 @@ def test_matching_container_has_no_differences():
     (dict(extra_hosts=[]), 'extra hosts'),
     (dict(networks=['bridge']), 'networks'),
     (dict(ports={'3128/tcp': [{'HostPort': '3128'}]}), 'published ports'),
+    (dict(health={'Interval': 30 * 10 ** 9}), 'health check timing'),
+    (dict(host={'CapDrop': None}), 'capabilities dropped'),
+    (dict(host={'CapDrop': ['NET_RAW']}), 'capabilities dropped'),
+    (dict(host={'CapAdd': ['NET_ADMIN']}), 'capabilities added'),
+    (dict(host={'LogConfig': {'Type': 'json-file', 'Config': {}}}), 'log config'),
+    (dict(host={'LogConfig': {'Type': 'local', 'Config': {'max-size': '10m', 'max-file': '3'}}}), 'log config'),
+    (dict(host={'ReadonlyRootfs': False}), 'read-only root file system'),
+    (dict(host={'SecurityOpt': None}), 'security options'),
+    (dict(host={'Tmpfs': None}), 'tmpfs'),
+    (dict(host={'Sysctls': None}), 'sysctls'),
+    (dict(host={'PidsLimit': None}), 'pids limit'),
+    (dict(host={'Ulimits': None}), 'ulimits'),
+    (dict(cmd=['squid', '-N', '-f', '/etc/squid/squid.conf']), 'command'),
+    (dict(labels={'other': 'x'}), 'labels'),
 ])
 def test_each_difference_is_named(change, needle):
     spec = _spec()
@@ -140,4 +170,85 @@ def test_decision_when_the_allowlist_changed(state, have, differs, want):
 def test_allowlist_commands_compare_and_record_the_mounted_file():
     mounted = '/etc/pi-dispatch/egress-allowlist.conf'
     assert _proxy.allowlist_check_cmd() == ['cmp', '-s', _proxy.LOADED_ALLOWLIST, mounted]
-    assert _proxy.allowlist_record_cmd() == ['cp', mounted, _proxy.LOADED_ALLOWLIST]
+    # The record is taken BEFORE squid reads: at start and in the same exec as the reconfigure.
+    assert _proxy.COMMAND[-1].startswith('cp %s %s; exec squid ' % (mounted, _proxy.LOADED_ALLOWLIST))
+    assert _proxy.reconfigure_cmd()[-1].startswith('cp %s %s && exec squid -k reconfigure' %
+                                                   (mounted, _proxy.LOADED_ALLOWLIST))
+
+
+def test_memory_without_swap_and_the_limit_in_bytes():
+    spec = _spec(limits=dict(memory='1g'))
+    assert spec['memory'] == 1024 ** 3
+    obs = _proxy.observed(_attrs(spec, host={'MemorySwap': 2 * 1024 ** 3}))
+    assert [d for d in _proxy.differences(spec, obs, 'sha256:img') if d.startswith('memory+swap')]
+
+
+@pytest.mark.parametrize('limits, needle', [
+    (dict(memory='lots'), 'egress_proxy_memory'),
+    (dict(memory='32m'), 'below 64m'),
+    (dict(pids=0), 'egress_proxy_pids_limit'),
+    (dict(nofile='x'), 'egress_proxy_nofile'),
+    (dict(log_max_size='10q'), 'egress_proxy_log_max_size'),
+    (dict(log_max_file=0), 'egress_proxy_log_max_file'),
+])
+def test_bad_limits_name_the_variable(limits, needle):
+    with pytest.raises(_proxy.ProxyError) as info:
+        _spec(limits=limits)
+    assert needle in str(info.value)
+
+
+def test_the_hardened_shape():
+    spec = _spec(guard='/d/egress-guard.conf')
+    assert spec['cap_drop'] == ['ALL'] and spec['cap_add'] == [] and spec['read_only'] is True
+    assert spec['sysctls'] == {'net.ipv4.ip_forward': '0', 'net.ipv6.conf.all.forwarding': '0'}
+    assert spec['security_opt'] == ['no-new-privileges:true']
+    assert set(spec['tmpfs']) == {'/tmp', '/run/squid'}
+    assert ('/d/egress-guard.conf', '/etc/pi-dispatch/egress-guard.conf') in spec['mounts']
+    kwargs = _proxy.create_kwargs(spec)
+    assert kwargs['memswap_limit'] == kwargs['mem_limit'] == spec['memory']
+    assert kwargs['log_config'] == {'type': 'json-file', 'config': {'max-size': '10m', 'max-file': '3'}}
+
+
+@pytest.mark.parametrize('actions, running, jobs, cut, refused', [
+    (['remove', 'create', 'start', 'reconnect'], True, ['pi-job-a-net'], 1, True),
+    (['restart'], True, ['pi-job-a-net', 'pi-job-b-net'], 2, True),
+    (['stop'], True, ['pi-job-a-net'], 1, True),
+    (['remove'], True, ['pi-job-a-net'], 1, True),
+    (['reconfigure'], True, ['pi-job-a-net'], 0, False),
+    (['remove', 'create', 'start'], True, [], 0, False),
+    (['remove', 'create', 'start'], False, ['pi-job-a-net'], 0, False),
+])
+def test_consent_rule(actions, running, jobs, cut, refused):
+    spec = _spec()
+    obs = _proxy.observed(_attrs(spec, running=running, networks=['pi-dispatch-egress-out'] + jobs))
+    assert _proxy.jobs_cut(actions, obs) == cut
+    refusal = _proxy.consent_refusal(actions, obs, False)
+    assert bool(refusal) is refused
+    if refused:
+        assert 'would cut %d job' % cut in refusal and 'egress_proxy_allow_cut_jobs' in refusal
+    assert _proxy.consent_refusal(actions, obs, True) is None
+
+
+def test_a_replaced_proxy_rejoins_every_network_but_the_upstream():
+    spec = _spec()
+    obs = _proxy.observed(_attrs(spec, networks=['pi-dispatch-egress-out', 'pi-job-a-net', 'client-net', 'bridge']))
+    assert _proxy.reattach_networks(obs, 'pi-dispatch-egress-out') == ['client-net', 'pi-job-a-net']
+
+
+def test_stale_mounts_are_found_by_content(tmp_path):
+    import hashlib
+    src = tmp_path / 'egress-allowlist.conf'
+    src.write_text('new.test\n')
+    spec = {'mounts': [(str(src), '/etc/pi-dispatch/egress-allowlist.conf')]}
+    old = hashlib.sha256(b'old.test\n').hexdigest()
+    new = hashlib.sha256(b'new.test\n').hexdigest()
+    out = '%s  /etc/pi-dispatch/egress-allowlist.conf\n' % old
+    assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == [(str(src), '/etc/pi-dispatch/egress-allowlist.conf')]
+    out = '%s  /etc/pi-dispatch/egress-allowlist.conf\n' % new
+    assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == []
+
+
+def test_host_gateway_is_read_from_the_hosts_file():
+    text = '127.0.0.1 localhost\n172.17.0.1\thost.docker.internal\n10.0.0.5 other # host.docker.internal\n'
+    assert _proxy.hosts_address(text) == '172.17.0.1'
+    assert _proxy.hosts_address('127.0.0.1 localhost\n') is None

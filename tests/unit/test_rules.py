@@ -18,10 +18,12 @@ def _access_rules():
 
 def test_precedence_is_exactly_the_contract():
     assert _access_rules() == [
+        'include /etc/pi-dispatch/egress-guard.conf',
         'http_access allow localhost manager',
         'http_access deny manager',
-        'http_access deny pi_allowlist pi_this_host',
+        'http_access deny pi_client_conns',
         'include /etc/pi-dispatch/model-endpoints.conf',
+        'http_access deny pi_allowlist pi_guard',
         'http_access allow CONNECT pi_port_443 pi_allowlist',
         'http_access allow !CONNECT pi_port_80 pi_allowlist',
         'http_access deny all',
@@ -35,11 +37,17 @@ def test_allowlist_is_matched_as_written_from_the_mounted_file():
     assert acls['CONNECT'] == ['method', 'CONNECT']
 
 
-def test_this_host_acl_covers_loopback_and_link_local():
-    acls = dict((w[1], w[2:]) for w in _directives() if w[0] == 'acl')
-    assert acls['pi_this_host'][0] == 'dst'
-    assert set(acls['pi_this_host'][1:]) == {'127.0.0.0/8', '0.0.0.0/32', '169.254.0.0/16', '10.0.2.2/32',
-                                             '::1', '::/128', 'fe80::/10'}
+def test_guard_is_tested_after_the_allowlist_so_unlisted_names_are_never_resolved():
+    guard = [w for w in _directives() if w[:2] == ['http_access', 'deny'] and 'pi_guard' in w]
+    assert guard == [['http_access', 'deny', 'pi_allowlist', 'pi_guard']]
+
+
+def test_version_and_includes():
+    assert _rules.RULES_VERSION == 2
+    text = _rules.packaged_rules()
+    assert _rules.included(text) == list(_rules.INCLUDES)
+    assert _rules.includes_guard(text) and _rules.includes_endpoints(text)
+    assert '(rules version 2)' in text
 
 
 def test_listen_cache_and_logs():
@@ -50,6 +58,9 @@ def test_listen_cache_and_logs():
     assert 'forwarded_for delete' in d
     assert 'access_log stdio:/dev/stdout' in d
     assert not any(x.startswith(('cache_dir', 'https_port', 'icp_port', 'htcp_port')) for x in d)
+    # Nothing is written to the read-only image: pid and cores on tmpfs, no netdb state file.
+    assert 'pid_filename /run/squid/squid.pid' in d and 'coredump_dir /tmp' in d
+    assert 'netdb_filename none' in d
 
 
 def test_includes_endpoints_detects_the_post_503_shape():
@@ -57,6 +68,7 @@ def test_includes_endpoints_detects_the_post_503_shape():
     old = '\n'.join(line for line in _rules.packaged_rules().splitlines() if not line.startswith('include'))
     assert not _rules.includes_endpoints(old)
     assert not _rules.includes_endpoints('# include /etc/pi-dispatch/model-endpoints.conf\n')
+    assert not _rules.includes_guard(old)
 
 
 def test_digest_is_stable():

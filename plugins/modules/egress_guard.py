@@ -1,0 +1,212 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: egress_guard
+short_description: Render the destination guard of the pi-dispatch egress proxy and reload it
+version_added: 0.2.0
+description:
+  - Renders C(<deploy_dir>/egress-guard.conf), the include of the packaged rules (version 2) that
+    names the addresses a listed name may never lead a job to, and the per-client connection bound.
+  - The guard refuses every non-public range (RFC 1918, CGNAT, benchmarking, documentation, multicast,
+    reserved, ULA, link-local, loopback) minus the private ranges named in O(private_destinations),
+    and always, whatever was opened, the job-network pool, the gateway of every network the proxy is on,
+    the C(host-gateway) address (read inside the proxy as C(host.docker.internal)), loopback,
+    link-local and the cloud metadata addresses.
+  - The gateways and the host-gateway address come from the Docker Engine, never from assumed subnets.
+  - The file is written in place (same inode: the proxy mounts it as a single file), then the running
+    proxy is reloaded with C(squid -k parse) and C(squid -k reconfigure), which keeps every running
+    job's tunnels. A parse squid refuses puts the previous file back.
+author:
+  - pi-dispatch egress team (@pi-dispatch)
+attributes:
+  check_mode:
+    support: full
+    description: Reports the render and the reload it would do, writes nothing and reloads nothing.
+  diff_mode:
+    support: full
+    description: Shows the include before and after.
+options:
+  deploy_dir:
+    description: The deployment folder holding C(egress-guard.conf).
+    type: path
+    required: true
+  proxy_name:
+    description: The proxy container whose networks' gateways are refused and which is reloaded.
+    type: str
+    default: pi-dispatch-egress-proxy
+  private_destinations:
+    description:
+      - Private ranges (CIDR) a listed name may resolve to, e.g. a LAN mirror. Validated - a range that
+        overlaps the job-network pool, contains the host-gateway address, overlaps loopback, link-local,
+        metadata, multicast or reserved space, is public, or is nothing but gateways is refused with the
+        reason, and nothing is written.
+      - A gateway inside an opened range stays refused.
+    type: list
+    elements: str
+    default: []
+  job_pool:
+    description: The job-network address pool (as the job runner uses it); always refused.
+    type: str
+    default: 10.47.0.0/16
+  client_max_connections:
+    description: More open connections than this from one client address (one job) are refused.
+    type: int
+    default: 256
+  reload:
+    description: Reload the running proxy when the include changed.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - pi_dispatch.egress.docker
+requirements:
+  - Docker SDK for Python >= 7.0
+seealso:
+  - module: pi_dispatch.egress.egress_proxy
+  - module: pi_dispatch.egress.model_endpoints
+'''
+
+EXAMPLES = r'''
+- name: Let listed names reach the LAN package mirror, nothing else private
+  pi_dispatch.egress.egress_guard:
+    deploy_dir: /opt/pi-dispatch/egress
+    private_destinations: [192.168.50.0/24]
+'''
+
+RETURN = r'''
+include:
+  description: Path of the rendered include.
+  returned: always
+  type: str
+opened:
+  description: The private ranges opened, normalised.
+  returned: always
+  type: list
+  elements: str
+gateways:
+  description: The network gateways read from the daemon (always refused).
+  returned: always
+  type: list
+  elements: str
+host_gateway:
+  description: The host-gateway address read inside the proxy (always refused), or null when unknown.
+  returned: always
+  type: str
+kept_inside:
+  description: Gateways that lie inside an opened range and stay refused all the same.
+  returned: always
+  type: list
+  elements: str
+denied:
+  description: The guard's address set as rendered.
+  returned: always
+  type: list
+  elements: str
+reloaded:
+  description: squid was (or, in check mode, would be) reconfigured.
+  returned: always
+  type: bool
+actions:
+  description: What was done (or would be done), in order.
+  returned: always
+  type: list
+  elements: str
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _inplace
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+
+
+def main():
+    argument_spec = dict(
+        deploy_dir=dict(type='path', required=True),
+        proxy_name=dict(type='str', default=_proxy.PROXY_NAME),
+        private_destinations=dict(type='list', elements='str', default=[]),
+        job_pool=dict(type='str', default=_guard.DEFAULT_POOL),
+        client_max_connections=dict(type='int', default=_guard.DEFAULT_CLIENT_MAX_CONNECTIONS),
+        reload=dict(type='bool', default=True),
+    )
+    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if dc.docker is None:
+        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    p = module.params
+    include = _deployment.paths(os.path.normpath(p['deploy_dir']))['guard_conf']
+    result = dict(changed=False, include=include, opened=[], gateways=[], host_gateway=None, kept_inside=[],
+                  denied=[], reloaded=False, actions=[])
+    try:
+        client = dc.connect(p['docker_host'], p['docker_timeout'])
+        container = dc.get_container(client, p['proxy_name'])
+        gateways, host_gateway = _proxy.gateways(client, container)
+    except dc.EngineError as exc:
+        module.fail_json(msg='%s Nothing was written.' % exc, retryable=exc.retryable, **result)
+    try:
+        host_gateway = str(_guard.ipaddress.ip_address(host_gateway)) if host_gateway else None
+    except ValueError:
+        module.warn('host.docker.internal is %r inside %s, not an address; it is not in the guard'
+                    % (host_gateway, p['proxy_name']))
+        host_gateway = None
+    result.update(gateways=gateways, host_gateway=host_gateway)
+    try:
+        _guard.check_client_max_connections(p['client_max_connections'])
+        opened = _guard.validate(p['private_destinations'], p['job_pool'], gateways, host_gateway)
+    except (_guard.GuardError, ValueError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    text = _guard.render(opened, p['job_pool'], gateways, host_gateway, p['client_max_connections'])
+    result.update(opened=[str(n) for n in opened], kept_inside=_guard.kept_inside(opened, gateways, host_gateway),
+                  denied=[str(n) for n in _guard.denied(opened, p['job_pool'], gateways, host_gateway)])
+    try:
+        _inplace.check_target(include)
+        current = _inplace.read(include)
+    except _inplace.InPlaceError as exc:
+        module.fail_json(msg='%s Lay out the deployment folder first (pi_dispatch.egress.egress_deployment adds '
+                             'the missing file).' % exc, **result)
+    changed = current != text.encode('utf-8')
+    result['changed'] = changed
+    if module._diff:
+        result['diff'] = dict(before=current.decode('utf-8', 'replace'), after=text, before_header=include,
+                              after_header=include)
+    live = container is not None and container.status == 'running'
+    if changed:
+        result['actions'].append('write %s' % include)
+        if p['reload'] and live:
+            result['actions'].append('squid -k parse, then squid -k reconfigure in %s' % p['proxy_name'])
+            result['reloaded'] = True
+    if changed and not module.check_mode:
+        try:
+            _inplace.write_in_place(include, text, fallback=current)
+        except _inplace.InPlaceError as exc:
+            module.fail_json(msg=str(exc), **result)
+        if result['reloaded']:
+            try:
+                _proxy.reconfigure(container)
+            except _proxy.ParseRefused as exc:
+                _inplace.write_in_place(include, current, fallback=current)
+                result['reloaded'] = False
+                module.fail_json(msg='%s The previous %s was written back.' % (exc, include), **result)
+            except (_proxy.ProxyError, dc.EngineError) as exc:
+                result['reloaded'] = False
+                module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k reconfigure.'
+                                 % (exc, p['proxy_name']), **result)
+    if changed and not live:
+        module.warn('The proxy %s is not running, so it was not reloaded; it reads %s when it starts.'
+                    % (p['proxy_name'], include))
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,116 @@
+"""The destination guard: what is refused, what can be opened, what is rendered (no daemon)."""
+
+import ipaddress
+
+import pytest
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard as G
+
+GATEWAYS = ['172.18.0.1', '10.47.0.1']
+HOST_GW = '172.17.0.1'
+
+
+def _denied(opened=()):
+    return G.denied([ipaddress.ip_network(o) for o in opened], gateways=GATEWAYS, host_gateway=HOST_GW)
+
+
+@pytest.mark.parametrize('address', [
+    '10.1.2.3', '172.16.0.1', '172.31.255.254', '192.168.1.1', '100.64.0.1', '100.100.100.200', '198.18.0.1',
+    '0.0.0.0', '127.0.0.1', '169.254.169.254', '224.0.0.1', '240.0.0.1', '255.255.255.255', '192.0.2.1',
+    '10.47.3.9',     # another job's container (the pool)
+    '172.18.0.1',    # a network gateway
+    '172.17.0.1',    # host-gateway
+    '::1', 'fe80::1', 'fc00::1', 'fd00:ec2::254', 'ff02::1', '2001:db8::1',
+])
+def test_refused_by_default(address):
+    assert G.covers(_denied(), address)
+
+
+@pytest.mark.parametrize('address', ['93.184.215.14', '1.1.1.1', '8.8.8.8', '2606:4700::1111', '172.32.0.1',
+                                     '11.0.0.1', '192.169.0.1'])
+def test_public_addresses_are_not_refused(address):
+    assert not G.covers(_denied(), address)
+
+
+def test_an_opened_range_is_reached_but_its_gateway_and_the_rest_stay_refused():
+    opened = G.validate(['172.18.0.0/16'], gateways=GATEWAYS, host_gateway=HOST_GW)
+    nets = G.denied(opened, gateways=GATEWAYS, host_gateway=HOST_GW)
+    assert not G.covers(nets, '172.18.0.2')
+    assert G.covers(nets, '172.18.0.1')      # the gateway inside it
+    assert G.covers(nets, '172.19.0.2')      # the rest of 172.16/12
+    assert G.kept_inside(opened, GATEWAYS, HOST_GW) == ['172.18.0.1']
+
+
+@pytest.mark.parametrize('cidr, needle', [
+    ('10.47.0.0/16', 'job-network pool'),
+    ('10.0.0.0/8', 'never be opened'),         # contains 10.0.2.2 (and the pool)
+    ('10.47.8.0/24', 'job-network pool'),
+    ('172.16.0.0/12', 'host-gateway'),          # contains 172.17.0.1
+    ('172.17.0.0/16', 'host-gateway'),
+    ('127.0.0.0/8', 'never be opened'),
+    ('169.254.0.0/16', 'never be opened'),
+    ('169.254.169.254/32', 'never be opened'),
+    ('100.64.0.0/10', 'never be opened'),       # contains 100.100.100.200
+    ('224.0.0.0/4', 'never be opened'),
+    ('fd00:ec2::/64', 'never be opened'),
+    ('fe80::/10', 'never be opened'),
+    ('172.18.0.1/32', 'nothing but network gateways'),
+    ('8.8.8.0/24', 'public range'),
+    ('192.168.1.1/24', 'host bits'),
+    ('not-a-cidr', 'is not a CIDR'),
+    (7, 'must be a string'),
+])
+def test_refused_ranges_name_the_reason(cidr, needle):
+    with pytest.raises(G.GuardError) as info:
+        G.validate([cidr], gateways=GATEWAYS, host_gateway=HOST_GW)
+    text = str(info.value)
+    assert needle in text and 'egress_private_destinations[0]' in text and 'nothing was rendered' in text
+
+
+@pytest.mark.parametrize('cidr', ['192.168.50.0/24', '10.20.0.0/16', '172.18.0.0/16', '100.65.0.0/16',
+                                  'fd12:3456::/48', '192.168.50.7/32'])
+def test_openable_ranges(cidr):
+    assert [str(n) for n in G.validate([cidr], gateways=GATEWAYS, host_gateway=HOST_GW)] == \
+        [str(ipaddress.ip_network(cidr))]
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(G.GuardError) as info:
+        G.validate(['10.47.0.0/24', 'x', '192.168.0.0/16'], gateways=GATEWAYS, host_gateway=HOST_GW)
+    assert len(info.value.problems) == 2
+
+
+def test_render_is_deterministic_and_names_what_it_refuses():
+    opened = G.validate(['172.18.0.0/16'], gateways=GATEWAYS, host_gateway=HOST_GW)
+    text = G.render(opened, gateways=GATEWAYS, host_gateway=HOST_GW, client_max_connections=64)
+    assert text == G.render(opened, gateways=list(reversed(GATEWAYS)), host_gateway=HOST_GW,
+                            client_max_connections=64)
+    assert '# Opened private ranges: 172.18.0.0/16' in text
+    assert '# Refused although inside an opened range: 172.18.0.1' in text
+    assert 'acl pi_client_conns maxconn 64' in text.splitlines()
+    nets = G.acl_networks(text)
+    assert G.covers(nets, '172.18.0.1') and not G.covers(nets, '172.18.0.2') and G.covers(nets, '10.47.0.9')
+    # No IPv4-mapped IPv6 form: squid reads ::ffff:0:0/96 as the whole IPv4 space.
+    assert '::ffff' not in text
+    for line in text.splitlines():
+        if line.startswith('acl pi_guard'):
+            assert line.split()[:3] == ['acl', 'pi_guard', 'dst'] and len(line.split()) <= 11
+
+
+def test_default_render_refuses_every_private_range_and_opens_none():
+    nets = G.acl_networks(G.default_render())
+    for address in ('10.0.0.1', '172.20.0.1', '192.168.0.1', '10.47.0.1'):
+        assert G.covers(nets, address)
+    assert '# Opened private ranges: none' in G.default_render()
+
+
+@pytest.mark.parametrize('value', [0, -1, 70000, True, '64', None])
+def test_client_bound_is_checked(value):
+    with pytest.raises(G.GuardError):
+        G.check_client_max_connections(value)
+
+
+def test_subtract_is_exact():
+    nets = G.subtract([ipaddress.ip_network('10.0.0.0/8')], [ipaddress.ip_network('10.47.0.0/16')])
+    assert not any(ipaddress.ip_address('10.47.1.1') in n for n in nets)
+    assert sum(n.num_addresses for n in nets) == 2 ** 24 - 2 ** 16
