@@ -16,6 +16,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import traceback
+
+PSL_IMPORT_ERROR = None
+try:
+    import publicsuffixlist
+except ImportError:  # pragma: no cover - exercised by monkeypatching in the unit tests
+    publicsuffixlist = None
+    PSL_IMPORT_ERROR = traceback.format_exc()
 
 MAX_NAME = 253
 MAX_LABEL = 63
@@ -26,6 +34,36 @@ _IPV4 = re.compile(r'^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
 
 # Names that reach the host running the proxy, and suffixes that cover them.
 HOST_NAMES = ('host.docker.internal', 'host.containers.internal')
+
+
+# The fix printed for an entry that covers a whole public suffix or is one label.
+BREADTH_FIX = 'list the exact host (api.example.com) or your own domain (.yourdomain.tld)'
+PSL_PACKAGE = 'publicsuffixlist'
+PSL_MISSING_REASON = ('cannot be checked against the Public Suffix List: the Python package %s is not '
+                      'installed where the check runs' % PSL_PACKAGE)
+PSL_MISSING_FIX = ('pip install %s on the target (the Python that runs the module), then run again; '
+                   'the allowlist is refused until then' % PSL_PACKAGE)
+
+
+class PublicSuffixListMissing(Exception):
+    """The ``publicsuffixlist`` package is not importable, so breadth cannot be judged."""
+
+    def __init__(self):
+        super(PublicSuffixListMissing, self).__init__('%s; %s' % (PSL_MISSING_REASON, PSL_MISSING_FIX))
+
+
+_PSL = []  # the one parsed list, built on first use (about 50 ms)
+
+
+def _public_suffix_list():
+    if publicsuffixlist is None:
+        raise PublicSuffixListMissing()
+    if not _PSL:
+        # accept_unknown=True: a TLD missing from the list (.test, .internal, .localhost) is
+        # treated as a public suffix of its own, as browsers do (the default "*" rule).
+        # only_icann=False: the PRIVATE section (github.io, s3.amazonaws.com, ...) counts too.
+        _PSL.append(publicsuffixlist.PublicSuffixList(accept_unknown=True, only_icann=False))
+    return _PSL[0]
 
 
 class AllowlistProblem(object):
@@ -119,6 +157,37 @@ def classify_entry(entry):
     return None
 
 
+def public_suffix_covered(entry):
+    """Return what ``entry`` covers whole when it is too broad, else None.
+
+    ``entry`` is an allowlist entry, with or without the leading dot, in any case.
+    The answer is the single label for a one-label entry (``localhost``, ``.test``,
+    ``.internal``: refused without consulting the list), the public suffix itself
+    (lowercased, without the dot) for an entry that is a public suffix in the
+    Public Suffix List, ICANN and PRIVATE sections (``com``, ``.co.uk``,
+    ``github.io``, ``.s3.amazonaws.com``, ``foo.ck`` under the ``*.ck`` rule),
+    and None for an entry below a suffix (``example.com``, ``user.github.io``,
+    ``www.ck`` by the ``!www.ck`` exception, ``forge.test``) or an IPv4 literal.
+    A lone dot answers ``'.'`` (it covers everything).
+
+    Raises :class:`PublicSuffixListMissing` when a name of two or more labels
+    must be looked up and the ``publicsuffixlist`` package is not installed:
+    never a silent None. Check ``publicsuffixlist is not None`` first to avoid it.
+    """
+    body = entry[1:] if entry.startswith('.') else entry
+    body = body.lower()
+    if not body:
+        return '.'
+    if _IPV4.match(body):
+        return None
+    labels = body.split('.')
+    if len(labels) == 1:
+        return body
+    if _public_suffix_list().is_public(body):
+        return body
+    return None
+
+
 def host_opening_entry(entry):
     """True when ``entry`` admits a name that reaches the proxy's own host."""
     lowered = entry.lower()
@@ -146,6 +215,7 @@ def parse(text, path='egress-allowlist.conf'):
                                               'save the file as UTF-8 without a BOM'))
         text = text[1:]
     seen = {}
+    missing_reported = False
     for lineno, raw in enumerate(text.split('\n'), start=1):
         line = raw[:-1] if raw.endswith('\r') else raw
         stripped = line.strip(' \t')
@@ -169,6 +239,22 @@ def parse(text, path='egress-allowlist.conf'):
             result.errors.append(AllowlistProblem(path, lineno, entry, problem[0], problem[1]))
             continue
         entry = entry.lower()
+        try:
+            covered = public_suffix_covered(entry)
+        except PublicSuffixListMissing:
+            if not missing_reported:
+                result.errors.append(AllowlistProblem(path, lineno, entry, PSL_MISSING_REASON, PSL_MISSING_FIX))
+                missing_reported = True
+            covered = None
+        if covered is not None:
+            if '.' in covered:
+                reason = ('covers the whole public suffix %s (every site anyone registers under it, '
+                          'in the Public Suffix List)' % covered)
+            else:
+                reason = ('is the one-label suffix %s: a top-level name (com, test, internal) or a local '
+                          'name (localhost), never one site' % covered)
+            result.errors.append(AllowlistProblem(path, lineno, entry, reason, BREADTH_FIX))
+            continue
         if entry in seen:
             result.warnings.append(AllowlistProblem(
                 path, lineno, entry, 'repeats line %d' % seen[entry], 'remove the duplicate line'))

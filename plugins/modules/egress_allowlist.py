@@ -19,9 +19,16 @@ description:
     control character, an over-long label) fails the task with the file, the
     line number, the offending text and the fix. Run this before any start or
     reload so that the running proxy keeps its last good file.
+  - An entry that covers a whole public suffix of the Public Suffix List (ICANN
+    and PRIVATE sections, e.g. C(.com), C(co.uk), C(.github.io),
+    C(.s3.amazonaws.com)) and any one-label entry (C(localhost), C(.test),
+    C(.internal)) fail the task the same way; list the exact host
+    (C(api.example.com)) or your own domain (C(.yourdomain.tld)) instead. The
+    list is the copy shipped inside the C(publicsuffixlist) package, so the check
+    works offline.
   - Entries that open the proxy's own host (C(host.docker.internal),
-    C(host.containers.internal), or a domain such as C(.internal) that covers
-    them) are warnings naming the line; declare a model endpoint instead.
+    C(host.containers.internal), or a domain such as C(.docker.internal) that
+    covers them) are warnings naming the line; declare a model endpoint instead.
 author:
   - pi-dispatch egress team (@pi-dispatch)
 attributes:
@@ -40,6 +47,9 @@ options:
     description: Fail on warnings too.
     type: bool
     default: false
+requirements:
+  - publicsuffixlist (Python package, on the target; C(pip install publicsuffixlist)).
+    Without it the module fails and the allowlist is refused, never accepted unchecked.
 seealso:
   - module: pi_dispatch.egress.egress_deployment
 '''
@@ -66,7 +76,7 @@ problems:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 
@@ -79,6 +89,14 @@ def main():
         ),
         supports_check_mode=True,
     )
+    if _allowlist.publicsuffixlist is None:
+        module.fail_json(
+            msg='%s Run: pip install %s on the target. The allowlist is refused until then (an entry '
+                'covering a whole public suffix cannot be told apart); the running proxy keeps its '
+                'last good file.' % (missing_required_lib(_allowlist.PSL_PACKAGE,
+                                                          reason='to check entries against the Public Suffix List'),
+                                     _allowlist.PSL_PACKAGE),
+            exception=_allowlist.PSL_IMPORT_ERROR, problems=[])
     path = module.params['path']
     if os.path.islink(path):
         module.fail_json(msg='%s is a symlink; the proxy mounts the allowlist as a single file. '

@@ -12,7 +12,6 @@ GOOD = [
     ('a.b', 'a.b'),
     ('x-y.example.org', 'x-y.example.org'),
     ('xn--bcher-kva.example', 'xn--bcher-kva.example'),  # punycode
-    ('localhost', 'localhost'),                          # a bare single label is a name
     ('203.0.113.7', '203.0.113.7'),                      # an IPv4 literal listed as written
     ('api.provider.test   # trailing note', 'api.provider.test'),
     ('\tindented.example.com', 'indented.example.com'),
@@ -101,7 +100,8 @@ def test_byte_order_mark_is_refused():
     assert result.errors[0].lineno == 1 and 'byte order mark' in result.errors[0].reason
 
 
-@pytest.mark.parametrize('entry', ['host.docker.internal', 'host.containers.internal', '.internal',
+# .internal (one label) is refused outright now: see test_one_label_internal_is_refused_not_just_warned.
+@pytest.mark.parametrize('entry', ['host.docker.internal', 'host.containers.internal',
                                    '.docker.internal', '.containers.internal', 'HOST.DOCKER.INTERNAL'])
 def test_entries_that_open_this_host_warn_and_point_to_model_endpoints(entry):
     result = _allowlist.parse('api.anthropic.com\n%s\n' % entry)
@@ -139,3 +139,207 @@ def test_problem_as_dict_names_everything():
     d = err.as_dict()
     assert d['path'] == '/p' and d['line'] == 1 and d['text'] == 'http://x.test'
     assert d['message'] == str(err)
+
+
+# --- Breadth: an entry that covers a whole public suffix, or a single label ---------------------
+
+# (entry, what public_suffix_covered answers): every row is refused by parse().
+TOO_BROAD = [
+    ('com', 'com'),                            # a one-label ICANN TLD, bare
+    ('.com', 'com'),                           # ... and as a dot-domain
+    ('.COM', 'com'),                           # compared in lowercase
+    ('org', 'org'),
+    ('.uk', 'uk'),
+    ('co.uk', 'co.uk'),                        # a two-label ICANN suffix
+    ('.co.uk', 'co.uk'),
+    ('.Co.UK', 'co.uk'),
+    ('.com.au', 'com.au'),
+    ('github.io', 'github.io'),                # PRIVATE section
+    ('.github.io', 'github.io'),
+    ('.s3.amazonaws.com', 's3.amazonaws.com'),  # PRIVATE, three labels
+    ('s3.amazonaws.com', 's3.amazonaws.com'),
+    ('.herokuapp.com', 'herokuapp.com'),
+    ('.blogspot.com', 'blogspot.com'),
+    ('.pages.dev', 'pages.dev'),
+    ('.ck', 'ck'),                             # the TLD under the *.ck wildcard rule
+    ('foo.ck', 'foo.ck'),                      # *.ck: every name directly under ck is a suffix
+    ('.foo.ck', 'foo.ck'),
+    ('foo.kawasaki.jp', 'foo.kawasaki.jp'),    # *.kawasaki.jp
+    ('.xn--55qx5d.cn', 'xn--55qx5d.cn'),       # a punycode ICANN suffix (gongsi.cn)
+    ('localhost', 'localhost'),                # one label, not in the PSL
+    ('.localhost', 'localhost'),
+    ('intranet', 'intranet'),
+    ('.test', 'test'),                         # reserved, not in the PSL: refused as one label
+    ('test', 'test'),
+    ('.internal', 'internal'),
+    ('.example', 'example'),
+    ('.lan', 'lan'),
+]
+
+# (entry,): fine, below a suffix; public_suffix_covered answers None and parse() keeps them.
+BELOW_A_SUFFIX = [
+    'example.com',
+    '.example.com',
+    'api.example.com',
+    'example.co.uk',
+    '.example.co.uk',
+    'user.github.io',
+    '.user.github.io',
+    'bucket.s3.amazonaws.com',
+    'www.ck',                                  # !www.ck: the exception to *.ck
+    '.www.ck',
+    'bar.foo.ck',                              # one label below the wildcard suffix foo.ck
+    'city.kawasaki.jp',                        # !city.kawasaki.jp
+    '.forge.test',                             # two labels under the unknown .test
+    'forge.test',
+    'api.provider.test',
+    'plain.test',
+    'loopback.test',
+    'a.b',                                     # an unknown TLD counts as one public label only
+    'docker.internal',
+    'host.docker.internal',
+    'xn--bcher-kva.example',
+    '203.0.113.7',                             # IPv4 literals as before
+    '10.0.0.1',
+    'registry.npmjs.org',
+    '.github.com',
+    'api.anthropic.com',
+]
+
+
+def test_breadth_tables_are_big_enough():
+    assert len(TOO_BROAD) >= 20 and len(BELOW_A_SUFFIX) >= 10
+
+
+@pytest.mark.parametrize('entry, suffix', TOO_BROAD)
+def test_public_suffix_covered_names_the_suffix(entry, suffix):
+    assert _allowlist.public_suffix_covered(entry) == suffix
+
+
+@pytest.mark.parametrize('entry', BELOW_A_SUFFIX)
+def test_public_suffix_covered_is_none_below_a_suffix(entry):
+    assert _allowlist.public_suffix_covered(entry) is None
+
+
+@pytest.mark.parametrize('entry, suffix', TOO_BROAD)
+def test_too_broad_entries_are_refused_with_file_line_suffix_and_fix(entry, suffix):
+    text = 'ok.example.com\n# comment\n%s   # too wide\nalso-ok.example.com\n' % entry
+    result = _allowlist.parse(text, path='/d/egress-allowlist.conf')
+    assert not result.ok
+    assert len(result.errors) == 1, [str(e) for e in result.errors]
+    err = result.errors[0]
+    assert (err.path, err.lineno, err.text) == ('/d/egress-allowlist.conf', 3, entry.lower())
+    assert suffix in err.reason
+    assert err.fix == 'list the exact host (api.example.com) or your own domain (.yourdomain.tld)'
+    message = str(err)
+    assert message.startswith("/d/egress-allowlist.conf:3: %r: " % entry.lower())
+    assert suffix in message and 'api.example.com' in message and '.yourdomain.tld' in message
+    # The refused line is no entry; the good lines around it still are.
+    assert result.hosts() == ['ok.example.com', 'also-ok.example.com']
+
+
+@pytest.mark.parametrize('entry', BELOW_A_SUFFIX)
+def test_entries_below_a_suffix_are_accepted(entry):
+    result = _allowlist.parse('# header\n%s\n' % entry)
+    assert result.errors == [], [str(e) for e in result.errors]
+    assert result.hosts() == [entry.lower()]
+
+
+def test_messages_say_public_suffix_or_one_label():
+    result = _allowlist.parse('.co.uk\n.github.io\nlocalhost\n.test\n', path='/p')
+    reasons = [e.reason for e in result.errors]
+    assert reasons[0].startswith('covers the whole public suffix co.uk')
+    assert reasons[1].startswith('covers the whole public suffix github.io')
+    assert reasons[2].startswith('is the one-label suffix localhost')
+    assert reasons[3].startswith('is the one-label suffix test')
+    assert [e.lineno for e in result.errors] == [1, 2, 3, 4]
+
+
+def test_one_label_internal_is_refused_not_just_warned():
+    """.internal used to be only a warning (it covers host.docker.internal); now it is refused."""
+    result = _allowlist.parse('api.anthropic.com\n.internal\n')
+    assert not result.ok and result.hosts() == ['api.anthropic.com']
+    assert result.errors[0].lineno == 2 and 'one-label suffix internal' in result.errors[0].reason
+
+
+def test_the_integration_and_seed_allowlists_still_validate():
+    """tests/integration ALLOWLIST, molecule's and the roles' default seed: none is refused."""
+    hosts = ['api.provider.test', '.forge.test', 'plain.test', 'loopback.test', 'models.test',
+             'api.anthropic.com', '.github.com', 'registry.npmjs.org']
+    result = _allowlist.parse('\n'.join(hosts) + '\n')
+    assert result.errors == [], [str(e) for e in result.errors]
+    assert result.hosts() == hosts
+
+
+@pytest.fixture
+def without_psl(monkeypatch):
+    """As if ``import publicsuffixlist`` had failed: the guard leaves None behind."""
+    monkeypatch.setattr(_allowlist, 'publicsuffixlist', None)
+    monkeypatch.setattr(_allowlist, 'PSL_IMPORT_ERROR', 'ModuleNotFoundError: No module named publicsuffixlist')
+    monkeypatch.setattr(_allowlist, '_PSL', [])
+
+
+def test_missing_package_raises_from_the_pure_function(without_psl):
+    with pytest.raises(_allowlist.PublicSuffixListMissing) as info:
+        _allowlist.public_suffix_covered('example.com')
+    assert 'publicsuffixlist' in str(info.value) and 'pip install publicsuffixlist' in str(info.value)
+    # One label and IPv4 literals need no list: they are still answered.
+    assert _allowlist.public_suffix_covered('.test') == 'test'
+    assert _allowlist.public_suffix_covered('203.0.113.7') is None
+
+
+def test_missing_package_fails_the_check_never_accepts(without_psl):
+    result = _allowlist.parse('# c\n.co.uk\nexample.com\n.test\n', path='/d/egress-allowlist.conf')
+    assert not result.ok
+    missing = [e for e in result.errors if 'publicsuffixlist' in e.reason]
+    assert len(missing) == 1, [str(e) for e in result.errors]  # said once, at the first name it needed
+    err = missing[0]
+    assert (err.path, err.lineno) == ('/d/egress-allowlist.conf', 2)
+    assert 'not installed' in err.reason
+    assert 'pip install publicsuffixlist' in err.fix and 'on the target' in err.fix
+    assert str(err).startswith('/d/egress-allowlist.conf:2: ')
+    # The one-label rule needs no package and still refuses .test.
+    assert any(e.lineno == 4 and 'one-label suffix test' in e.reason for e in result.errors)
+
+
+def test_missing_package_leaves_an_empty_file_fine(without_psl):
+    assert _allowlist.parse('# nothing listed\n').ok
+
+
+def _run_module(monkeypatch, tmp_path, text):
+    """Run egress_allowlist.main() on ``text``; return the keyword arguments of fail_json."""
+    import json
+    from ansible.module_utils import basic
+    from ansible.module_utils.common.text.converters import to_bytes
+    from ansible_collections.pi_dispatch.egress.plugins.modules import egress_allowlist
+
+    path = tmp_path / 'egress-allowlist.conf'
+    path.write_text(text)
+    monkeypatch.setattr(basic, '_ANSIBLE_ARGS', to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': {'path': str(path)}})))
+    monkeypatch.setattr(basic, '_ANSIBLE_PROFILE', 'legacy', raising=False)
+    failed = {}
+
+    def fail_json(self, **kwargs):
+        failed.update(kwargs)
+        raise SystemExit(1)
+
+    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', fail_json)
+    with pytest.raises(SystemExit):
+        egress_allowlist.main()
+    return failed, str(path)
+
+
+def test_module_refuses_a_public_suffix_naming_file_line_and_fix(monkeypatch, tmp_path):
+    failed, path = _run_module(monkeypatch, tmp_path, 'api.anthropic.com\n.github.io\n')
+    assert failed['msg'].startswith('The allowlist is refused; the running proxy keeps its last good file. ')
+    assert "%s:2: '.github.io': covers the whole public suffix github.io" % path in failed['msg']
+    assert 'list the exact host (api.example.com) or your own domain (.yourdomain.tld)' in failed['msg']
+    assert [(p['line'], p['severity']) for p in failed['problems']] == [(2, 'error')]
+
+
+def test_module_fails_with_missing_required_lib_when_the_package_is_absent(without_psl, monkeypatch, tmp_path):
+    failed, _path = _run_module(monkeypatch, tmp_path, 'api.anthropic.com\n')
+    assert 'publicsuffixlist' in failed['msg'] and 'pip install publicsuffixlist on the target' in failed['msg']
+    assert 'Failed to import the required Python library (publicsuffixlist)' in failed['msg']
+    assert 'keeps its last good file' in failed['msg']
+    assert failed['exception'] and failed['problems'] == []
