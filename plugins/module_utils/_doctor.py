@@ -1371,10 +1371,10 @@ class Doctor(object):
         if net is None:
             return None, 'the proxy is on no upstream network'
         image = attrs.get('Image') or (attrs.get('Config') or {}).get('Image')
+        # Not in self._launched: the canary's teardown must not remove it while it runs. This method
+        # removes it; a killed run's is swept with that run's canary network (its name carries the pid).
         name = probe_name('squid', self.pid)
         api = self.client.api
-        with self._lock:
-            self._launched.append(name)
         started = time.monotonic()
         try:
             try:
@@ -1391,7 +1391,10 @@ class Doctor(object):
                 api.wait(created['Id'], timeout=wait)
             except Exception:
                 return None, 'the throwaway container did not finish within %ss' % wait
-            logs = api.logs(created['Id'], stdout=True, stderr=True)
+            try:
+                logs = api.logs(created['Id'], stdout=True, stderr=True)
+            except Exception as exc:
+                return None, 'the throwaway container\'s output could not be read: %s' % dc.api_message(exc)
             text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
             candidate, why = parse_candidate_output(text)
             return candidate, (None if why is None else '%s, from a throwaway container on %s' % (why, net))
@@ -1406,7 +1409,10 @@ class Doctor(object):
         installed, installed_why = self.squid_installed()
         candidate, candidate_why = (None, 'the installed version is unknown')
         if installed is not None:
-            candidate, candidate_why = self.squid_candidate_version(attrs)
+            try:
+                candidate, candidate_why = self.squid_candidate_version(attrs)
+            except Exception as exc:  # a daemon surprise is a line, never a dead thread
+                candidate, candidate_why = None, 'the mirror check failed: %s' % ' '.join(str(exc).split())
         return squid_lines(self.proxy, installed, installed_why, candidate, candidate_why)
 
     # --- canary --------------------------------------------------------------------------------

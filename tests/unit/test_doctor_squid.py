@@ -219,3 +219,92 @@ def test_public_suffix_checker_prefers_the_allowlist_module():
 ])
 def test_stand_in(entry, want):
     assert _doctor._public_suffix_standin(entry) == want
+
+
+# --- the daemon side with a fake daemon ---------------------------------------------------------------------
+
+class _Exec(object):
+    def __init__(self, rc, out):
+        self.exit_code, self.output = rc, out
+
+
+class _Proxy(object):
+    name = 'p'
+
+    def exec_run(self, cmd, **kwargs):
+        assert cmd == ['dpkg-query', '-W', '-f=${Version}', 'squid']  # an exec, no shell
+        return _Exec(0, b'6.13-2+deb13u4')
+
+
+class _SquidAPI(object):
+    def __init__(self, logs_error=None, logs=b''):
+        self.calls = []
+        self.logs_error = logs_error
+        self._logs = logs
+
+    def inspect_network(self, name):
+        return {'Labels': {'io.pi-dispatch.egress.network': 'upstream'} if name == 'up' else {}}
+
+    def create_host_config(self, **kwargs):
+        self.calls.append(('host_config', kwargs))
+        return kwargs
+
+    def create_container(self, image, cmd, **kwargs):
+        self.calls.append(('create', image, kwargs))
+        return {'Id': 'c1'}
+
+    def start(self, cid):
+        self.calls.append(('start', cid))
+
+    def wait(self, cid, timeout=None):
+        self.calls.append(('wait', timeout))
+
+    def logs(self, cid, **kwargs):
+        if self.logs_error:
+            raise self.logs_error
+        return self._logs
+
+    def remove_container(self, name, force=False):
+        self.calls.append(('rm', name))
+
+
+class _SquidClient(object):
+    def __init__(self, api):
+        self.api = api
+        self.containers = self
+
+    def get(self, name):
+        return _Proxy()
+
+
+ATTRS = {'Image': 'sha256:img', 'NetworkSettings': {'Networks': {'pi-job-x-net': {}, 'other': {}, 'up': {}}}}
+
+
+def test_candidate_from_a_throwaway_container_on_the_upstream_network():
+    api = _SquidAPI(logs=output(0, UPDATE_OK, POLICY_FETCHED).encode())
+    doc = _doctor.Doctor(_SquidClient(api), 'p', '/nonexistent', 'img', environ={}, pid=4242)
+    lines = doc.squid_lines(ATTRS)
+    assert [(line.id, line.status) for line in lines] == [('proxy.squid', 'ok'), ('proxy.squid_outdated', 'warn')]
+    create = [call for call in api.calls if call[0] == 'create'][0]
+    assert create[1] == 'sha256:img' and create[2]['user'] == 'root'
+    assert create[2]['name'] == 'pi-dispatch-egress-probe-squid-4242'
+    host = [call for call in api.calls if call[0] == 'host_config'][0][1]
+    assert host['network_mode'] == 'up' and host['cap_drop'] == ['ALL']
+    assert ('rm', 'pi-dispatch-egress-probe-squid-4242') in api.calls
+    assert 'pi-dispatch-egress-probe-squid-4242' not in doc._launched  # the canary teardown leaves it alone
+
+
+def test_candidate_container_gone_before_its_logs_is_a_not_run_line():
+    api = _SquidAPI(logs_error=Exception('No such container: c1'))
+    doc = _doctor.Doctor(_SquidClient(api), 'p', '/nonexistent', 'img', environ={}, pid=4242)
+    lines = doc.squid_lines(ATTRS)
+    assert [(line.id, line.status) for line in lines] == [('proxy.squid', 'ok'), ('proxy.squid_mirror_unread',
+                                                                                  'notrun')]
+    assert 'No such container' in lines[1].message
+
+
+def test_candidate_check_that_raises_is_a_line(monkeypatch):
+    doc = _doctor.Doctor(_SquidClient(_SquidAPI()), 'p', '/nonexistent', 'img', environ={}, pid=1)
+    monkeypatch.setattr(doc, 'squid_candidate_version', lambda attrs: 1 / 0)
+    lines = doc.squid_lines(ATTRS)
+    assert lines[-1].id == 'proxy.squid_mirror_unread' and 'division by zero' in lines[-1].message
