@@ -297,7 +297,7 @@ def build_image(client, tag, containerfile, base_image, extra_files=None, networ
 
     # A refresh is built under a scratch tag first, so the current image keeps its tag until
     # the fresh one is known to differ.
-    scratch = '%s:pi-egress-refresh' % _split_tag(tag)[0] if refresh else tag
+    scratch = '%s:%s-pi-egress-refresh' % _split_tag(tag) if refresh else tag
     image, log = _build({LABEL_BUILD_HASH: wanted}, nocache=bool(refresh), build_tag=scratch)
     if not squid:
         if scratch != tag:

@@ -236,10 +236,10 @@ def test_refresh_without_new_packages_keeps_the_image():
     first = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t')
     again = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t', refresh=True)
     assert daemon.builds[2][1] is True  # no layer cache: apt runs again
-    assert daemon.builds[2][0] == 'p:pi-egress-refresh'  # never under the live tag first
+    assert daemon.builds[2][0] == 'p:latest-pi-egress-refresh'  # never under the live tag first
     assert not again['changed'] and again['refreshed'] and again['packages_changed'] is False
     assert daemon.tags['p:latest'].id == first['id']
-    assert 'p:pi-egress-refresh' in daemon.removed and 'p:pi-egress-refresh' not in daemon.tags
+    assert 'p:latest-pi-egress-refresh' in daemon.removed and 'p:latest-pi-egress-refresh' not in daemon.tags
 
 
 def test_refresh_with_new_packages_replaces_the_image():
@@ -251,7 +251,7 @@ def test_refresh_with_new_packages_replaces_the_image():
     assert fresh['changed'] and fresh['packages_changed'] and fresh['squid_package'] == '6.13-2+deb13u5'
     assert daemon.tags['p:latest'].id == fresh['id'] != first['id']
     assert daemon.tags['p:latest'].labels[_image.LABEL_SQUID_PACKAGE] == '6.13-2+deb13u5'
-    assert 'p:pi-egress-refresh' not in daemon.tags
+    assert 'p:latest-pi-egress-refresh' not in daemon.tags
 
 
 def test_buildargs_reach_the_build_and_the_hash():
