@@ -7,9 +7,14 @@
   deb822 ``.sources``) and returns the Debian mirror apt already uses, so an
   air-gapped fleet builds its base from the mirror it trusts.
 * :func:`build_base` runs ``debootstrap`` and imports the root file system.
+* :func:`security_mirror` finds the Debian security archive among the same
+  sources, so the image takes security updates from the mirror apt trusts.
 * :func:`build_image` builds the Containerfile on that base with the build
   context made in memory, and labels the result with a build hash (for
-  idempotence) and the squid version found inside it.
+  idempotence), the squid version, the squid package version and a digest of
+  every installed package found inside it. ``refresh`` rebuilds without the
+  layer cache, so apt fetches what the mirror serves now; when no package
+  changed, the old image is kept.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,6 +36,12 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_
 LABEL_BUILD_HASH = 'io.pi-dispatch.egress.build-hash'
 LABEL_SQUID_VERSION = 'io.pi-dispatch.egress.squid-version'
 LABEL_BASE = 'io.pi-dispatch.egress.base'
+LABEL_SQUID_PACKAGE = 'io.pi-dispatch.egress.squid-package'
+LABEL_PACKAGES = 'io.pi-dispatch.egress.packages'
+
+# Used when the host's apt sources carry no security archive (role variable
+# egress_proxy_security_mirror; empty turns the security suite off).
+DEFAULT_SECURITY_MIRROR = 'http://deb.debian.org/debian-security'
 
 _SKIP_SUITE = re.compile(r'-(security|updates|backports|proposed-updates)$')
 
@@ -85,6 +96,57 @@ def debian_mirror(sources):
     return None
 
 
+def _is_security(uri, suites):
+    return '/debian-security' in uri or any(s.endswith('-security') for s in suites)
+
+
+def security_mirror(sources):
+    """First Debian security archive URI among ``sources`` [(filename, text)], or None.
+
+    An entry counts when its URI is a ``/debian-security`` archive or one of
+    its suites ends in ``-security`` (the host's own suite, e.g.
+    ``bookworm-security``: the image asks the same archive for its own suite).
+    """
+    for name, text in sources:
+        parser = _deb822_sources if name.endswith('.sources') else _one_line_sources
+        for uri, suites in parser(text):
+            if not uri.startswith(('http://', 'https://', 'file:', 'ftp://')):
+                continue
+            if _is_security(uri, suites):
+                return uri.rstrip('/')
+    return None
+
+
+def choose_security_mirror(option, sources, default=DEFAULT_SECURITY_MIRROR):
+    """(mirror or None, where it came from) for the image's security suite.
+
+    ``option`` is the module's ``security_mirror``: an empty string turns the
+    suite off; None or a URL: the host's own security archive first, then
+    ``option`` (or the documented default when it is None).
+    """
+    if option is not None and not option.strip():
+        return None, 'disabled (security_mirror is empty)'
+    found = security_mirror(sources)
+    if found:
+        return found, "the host's apt sources"
+    if option:
+        return option.strip().rstrip('/'), 'security_mirror (the host\'s apt sources carry no security archive)'
+    return default, 'the default (the host\'s apt sources carry no security archive)'
+
+
+_SECURITY_ARG = re.compile(r'^\s*ARG\s+SECURITY_MIRROR\b', re.MULTILINE)
+
+
+def wants_security_args(containerfile):
+    """Whether the Containerfile declares ``ARG SECURITY_MIRROR`` (other images get no such build argument)."""
+    return bool(_SECURITY_ARG.search(containerfile or ''))
+
+
+def security_buildargs(mirror, suite):
+    """The build arguments that put ``<mirror> <suite>-security main`` into the image's apt sources."""
+    return {'SECURITY_MIRROR': mirror or '', 'SECURITY_SUITE': ('%s-security' % suite) if mirror else ''}
+
+
 def host_sources(root='/etc/apt'):
     files = []
     main = os.path.join(root, 'sources.list')
@@ -131,6 +193,25 @@ def parse_squid_version(text):
     return match.group(1) if match else None
 
 
+PACKAGES_MARK = '--pi-egress-packages--'
+# What the build runs in the image it made (no network): squid's own version,
+# then every installed package with its version.
+INSPECT_SCRIPT = ("squid -v; echo '%s'; dpkg-query -W -f '${Package} ${Version}\\n'" % PACKAGES_MARK)
+
+
+def parse_inspect(text):
+    """dict(squid_version, squid_package, packages_digest) from :data:`INSPECT_SCRIPT`'s output."""
+    head, _sep, tail = (text or '').partition(PACKAGES_MARK)
+    packages = sorted(line.strip() for line in tail.splitlines() if line.strip())
+    squid_package = None
+    for line in packages:
+        words = line.split()
+        if len(words) == 2 and words[0] == 'squid':
+            squid_package = words[1]
+    digest = hashlib.sha256('\n'.join(packages).encode('utf-8')).hexdigest()[:32] if packages else None
+    return dict(squid_version=parse_squid_version(head), squid_package=squid_package, packages_digest=digest)
+
+
 def build_base(client, tag, suite, mirror, workdir=None, variant='minbase'):
     """debootstrap ``suite`` from ``mirror`` and import it as ``tag``. Returns the image id."""
     if shutil.which('debootstrap') is None:
@@ -150,9 +231,7 @@ def build_base(client, tag, suite, mirror, workdir=None, variant='minbase'):
         with tarfile.open(tar_path, 'w') as tar:
             for entry in sorted(os.listdir(rootfs)):
                 tar.add(os.path.join(rootfs, entry), arcname=entry)
-        repo, _sep, tagname = tag.rpartition(':')
-        if not repo or '/' in tagname:
-            repo, tagname = tag, 'latest'
+        repo, tagname = _split_tag(tag)
         try:
             client.api.import_image_from_file(tar_path, repository=repo, tag=tagname,
                                               changes=['LABEL %s=debootstrap:%s' % (LABEL_BASE, suite),
@@ -167,30 +246,47 @@ def build_base(client, tag, suite, mirror, workdir=None, variant='minbase'):
     return image.id
 
 
-def build_image(client, tag, containerfile, base_image, extra_files=None, network_mode='host', timeout=1800,
-                squid=True):
-    """Build ``tag`` unless an image with the same build hash exists.
+def _split_tag(tag):
+    repo, _sep, tagname = tag.rpartition(':')
+    if not repo or '/' in tagname:
+        repo, tagname = tag, 'latest'
+    return repo, tagname
 
-    Returns dict(changed, id, squid_version, build_hash, log).
+
+def build_image(client, tag, containerfile, base_image, extra_files=None, network_mode='host', timeout=1800,
+                squid=True, buildargs=None, refresh=False):
+    """Build ``tag`` unless an image with the same build hash exists (or ``refresh`` asks for a fresh build).
+
+    ``buildargs`` are added to ``BASE_IMAGE`` and covered by the build hash.
+    ``refresh`` builds without the layer cache, so every ``apt-get`` runs
+    again against the mirror; when the fresh image installs exactly the same
+    packages as the current one, the current image is kept (``changed``
+    false) and the fresh one is removed.
+
+    Returns dict(changed, id, squid_version, squid_package, build_hash, refreshed, packages_changed, log).
     """
     extra_files = extra_files or {}
     base = dc.get_image(client, base_image)
     if base is None:
         raise ImageError('Base image %s is not on the daemon. Set egress_proxy_base_build: debootstrap to build '
                          'it from the host\'s Debian mirror, or load it (docker load / docker import).' % base_image)
-    buildargs = {'BASE_IMAGE': base_image}
-    wanted = build_hash(containerfile, base.id, buildargs, extra_files)
+    args = {'BASE_IMAGE': base_image}
+    args.update(buildargs or {})
+    wanted = build_hash(containerfile, base.id, args, extra_files)
     current = dc.get_image(client, tag)
-    if current is not None and (current.labels or {}).get(LABEL_BUILD_HASH) == wanted:
-        return dict(changed=False, id=current.id, build_hash=wanted,
-                    squid_version=(current.labels or {}).get(LABEL_SQUID_VERSION), log='')
+    labels_now = (current.labels or {}) if current is not None else {}
+    same = current is not None and labels_now.get(LABEL_BUILD_HASH) == wanted
+    if same and not refresh:
+        return dict(changed=False, id=current.id, build_hash=wanted, refreshed=False, packages_changed=False,
+                    squid_version=labels_now.get(LABEL_SQUID_VERSION),
+                    squid_package=labels_now.get(LABEL_SQUID_PACKAGE), log='')
 
-    def _build(labels):
+    def _build(labels, nocache=False, build_tag=tag):
         try:
             image, logs = client.images.build(
                 fileobj=context_tar(containerfile, extra_files), custom_context=True,
-                dockerfile='Containerfile', tag=tag, buildargs=buildargs, labels=labels,
-                network_mode=network_mode, rm=True, forcerm=True, pull=False, timeout=timeout)
+                dockerfile='Containerfile', tag=build_tag, buildargs=args, labels=labels,
+                network_mode=network_mode, rm=True, forcerm=True, pull=False, timeout=timeout, nocache=nocache)
         except Exception as exc:
             log = getattr(exc, 'build_log', None) or []
             text = ''.join(chunk.get('stream', '') or chunk.get('error', '')
@@ -199,16 +295,64 @@ def build_image(client, tag, containerfile, base_image, extra_files=None, networ
         text = ''.join(chunk.get('stream', '') for chunk in logs if isinstance(chunk, dict))
         return image, text
 
-    image, log = _build({LABEL_BUILD_HASH: wanted})
+    # A refresh is built under a scratch tag first, so the current image keeps its tag until
+    # the fresh one is known to differ.
+    scratch = '%s:%s-pi-egress-refresh' % _split_tag(tag) if refresh else tag
+    image, log = _build({LABEL_BUILD_HASH: wanted}, nocache=bool(refresh), build_tag=scratch)
     if not squid:
-        return dict(changed=True, id=image.id, build_hash=wanted, squid_version=None, log=log[-4000:])
+        if scratch != tag:
+            _retag(client, image.id, tag, scratch)
+        return dict(changed=True, id=image.id, build_hash=wanted, squid_version=None, squid_package=None,
+                    refreshed=bool(refresh), packages_changed=None, log=log[-4000:])
+    facts = inspect_image(client, image.id, tag)
+    before = None
+    if refresh and same:
+        before = labels_now.get(LABEL_PACKAGES)
+        if not before:  # an image built before the packages label: look inside it
+            before = inspect_image(client, current.id, tag)['packages_digest']
+    if before and before == facts['packages_digest']:
+        # Nothing new on the mirror: keep the image the proxy runs, drop the fresh one.
+        _untag(client, scratch)
+        return dict(changed=False, id=current.id, build_hash=wanted, refreshed=True, packages_changed=False,
+                    squid_version=labels_now.get(LABEL_SQUID_VERSION),
+                    squid_package=labels_now.get(LABEL_SQUID_PACKAGE), log=log[-4000:])
+    # Same context, now with the version labels: every layer comes from the cache.
+    labels = {LABEL_BUILD_HASH: wanted, LABEL_SQUID_VERSION: facts['squid_version']}
+    if facts['squid_package']:
+        labels[LABEL_SQUID_PACKAGE] = facts['squid_package']
+    if facts['packages_digest']:
+        labels[LABEL_PACKAGES] = facts['packages_digest']
+    image, more = _build(labels, build_tag=scratch)
+    if scratch != tag:
+        _retag(client, image.id, tag, scratch)
+    return dict(changed=True, id=image.id, build_hash=wanted, squid_version=facts['squid_version'],
+                squid_package=facts['squid_package'], refreshed=bool(refresh),
+                packages_changed=bool(refresh) or None, log=(log + more)[-4000:])
+
+
+def inspect_image(client, image_id, tag):
+    """Run :data:`INSPECT_SCRIPT` in ``image_id`` (no network); ImageError without a squid that reports a version."""
     try:
-        out = client.containers.run(image.id, ['squid', '-v'], remove=True, network_mode='none')
+        out = client.containers.run(image_id, ['sh', '-c', INSPECT_SCRIPT], remove=True, network_mode='none')
     except Exception as exc:
         raise ImageError('The built image %s does not run squid -v: %s' % (tag, dc.api_message(exc)))
-    version = parse_squid_version(out.decode('utf-8', 'replace') if isinstance(out, bytes) else str(out))
-    if not version:
+    facts = parse_inspect(out.decode('utf-8', 'replace') if isinstance(out, bytes) else str(out))
+    if not facts['squid_version']:
         raise ImageError('The built image %s has no squid that reports its version.' % tag)
-    # Same context, now with the version label: every layer comes from the cache.
-    image, more = _build({LABEL_BUILD_HASH: wanted, LABEL_SQUID_VERSION: version})
-    return dict(changed=True, id=image.id, build_hash=wanted, squid_version=version, log=(log + more)[-4000:])
+    return facts
+
+
+def _retag(client, image_id, tag, scratch):
+    repo, tagname = _split_tag(tag)
+    try:
+        client.api.tag(image_id, repo, tagname, force=True)
+    except Exception as exc:
+        raise ImageError('Tagging the refreshed image %s as %s failed: %s' % (image_id, tag, dc.api_message(exc)))
+    _untag(client, scratch)
+
+
+def _untag(client, scratch):
+    try:
+        client.api.remove_image(scratch, noprune=False)
+    except Exception:  # a scratch tag left behind is harmless; the next refresh overwrites it
+        pass

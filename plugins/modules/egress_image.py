@@ -22,7 +22,14 @@ description:
     files, kept in the label C(io.pi-dispatch.egress.build-hash); a second run with the
     same inputs builds nothing.
   - Records the squid version found in the image in the label
-    C(io.pi-dispatch.egress.squid-version) when I(squid=true).
+    C(io.pi-dispatch.egress.squid-version) when I(squid=true), the squid package version in
+    C(io.pi-dispatch.egress.squid-package) and a digest of every installed package in
+    C(io.pi-dispatch.egress.packages).
+  - When the Containerfile declares C(ARG SECURITY_MIRROR), passes the Debian security archive as the
+    build arguments C(SECURITY_MIRROR) and C(SECURITY_SUITE) (C(<base_suite>-security)): the host's own
+    security archive from its apt sources, else I(security_mirror). Both are covered by the build hash.
+  - I(refresh=true) builds again without the layer cache, so apt fetches what the mirror serves now; when
+    the fresh image installs exactly the packages of the current one, the current image is kept.
 author:
   - pi-dispatch egress team (@pi-dispatch)
 attributes:
@@ -65,6 +72,22 @@ options:
     description: Check that the image runs squid and label its version.
     type: bool
     default: true
+  security_mirror:
+    description:
+      - The Debian security archive the image's apt uses when the host's apt sources carry none (an entry
+        whose URI is a C(/debian-security) archive or whose suite ends in C(-security) wins, as for the main
+        mirror).
+      - Unset means C(http://deb.debian.org/debian-security).
+      - An empty string leaves the security suite out; the result then carries a warning.
+      - Used only when the Containerfile declares C(ARG SECURITY_MIRROR).
+    type: str
+  refresh:
+    description:
+      - Rebuild without the layer cache even when the build hash matches, so C(apt-get) fetches current
+        packages (security updates). When nothing changed, the current image is kept and C(changed) is false.
+      - In check mode, reports C(changed) (a refresh cannot be predicted without building).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -90,6 +113,28 @@ squid_version:
   returned: when I(squid=true) and the image exists
   type: str
   sample: "6.13"
+squid_package:
+  description: The Debian package version of squid in the image (null for an image built before this label).
+  returned: when I(squid=true) and the image exists
+  type: str
+  sample: "6.13-2+deb13u4"
+security_mirror:
+  description: The security archive the image's apt sources carry (null when it is left out).
+  returned: when the Containerfile declares C(ARG SECURITY_MIRROR)
+  type: str
+  sample: http://deb.debian.org/debian-security
+security_source:
+  description: Where I(security_mirror) came from (the host's apt sources, the option, the default, or disabled).
+  returned: when the Containerfile declares C(ARG SECURITY_MIRROR)
+  type: str
+refreshed:
+  description: Whether a rebuild without the layer cache ran.
+  returned: always
+  type: bool
+packages_changed:
+  description: After a refresh, whether the fresh image installs other packages than the current one.
+  returned: when I(refresh=true)
+  type: bool
 base_built:
   description: Whether the base image was built by debootstrap in this run.
   returned: always
@@ -120,6 +165,8 @@ def main():
         base_suite=dict(type='str', default='trixie'),
         mirror=dict(type='str'),
         squid=dict(type='bool', default=True),
+        security_mirror=dict(type='str'),
+        refresh=dict(type='bool', default=False),
     )
     argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
@@ -127,7 +174,16 @@ def main():
         module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
     p = module.params
     files = dict((str(k), str(v)) for k, v in p['files'].items())
-    result = dict(changed=False, base_built=False, id=None, build_hash=None)
+    result = dict(changed=False, base_built=False, id=None, build_hash=None, refreshed=False)
+    buildargs = {}
+    if _image.wants_security_args(p['containerfile']):
+        mirror, source = _image.choose_security_mirror(p['security_mirror'], _image.host_sources())
+        buildargs = _image.security_buildargs(mirror, p['base_suite'])
+        result.update(security_mirror=mirror, security_source=source)
+        if mirror is None:
+            module.warn('The proxy image %s gets no Debian security suite (security_mirror is empty, role '
+                        'variable egress_proxy_security_mirror): it takes no security updates. Set it to a '
+                        'security archive the build can reach, e.g. %s.' % (p['name'], _image.DEFAULT_SECURITY_MIRROR))
     try:
         client = dc.connect(p['docker_host'], p['docker_timeout'])
         base = dc.get_image(client, p['base_image'])
@@ -148,17 +204,24 @@ def main():
             _image.build_base(client, p['base_image'], p['base_suite'], mirror)
         if module.check_mode:
             base = dc.get_image(client, p['base_image'])
-            wanted = _image.build_hash(p['containerfile'], base.id, {'BASE_IMAGE': p['base_image']}, files)
+            args = {'BASE_IMAGE': p['base_image']}
+            args.update(buildargs)
+            wanted = _image.build_hash(p['containerfile'], base.id, args, files)
             current = dc.get_image(client, p['name'])
             labels = (current.labels or {}) if current else {}
             result['build_hash'] = wanted
             result['id'] = current.id if current else None
             result['squid_version'] = labels.get(_image.LABEL_SQUID_VERSION)
-            result['changed'] = labels.get(_image.LABEL_BUILD_HASH) != wanted
+            result['squid_package'] = labels.get(_image.LABEL_SQUID_PACKAGE)
+            result['changed'] = labels.get(_image.LABEL_BUILD_HASH) != wanted or p['refresh']
+            result['refreshed'] = p['refresh']
             module.exit_json(**result)
         built = _image.build_image(client, p['name'], p['containerfile'], p['base_image'], files,
-                                   squid=p['squid'])
-        result.update(id=built['id'], build_hash=built['build_hash'], squid_version=built['squid_version'])
+                                   squid=p['squid'], buildargs=buildargs, refresh=p['refresh'])
+        result.update(id=built['id'], build_hash=built['build_hash'], squid_version=built['squid_version'],
+                      squid_package=built['squid_package'], refreshed=built['refreshed'])
+        if p['refresh']:
+            result['packages_changed'] = built['packages_changed']
         result['changed'] = result['changed'] or built['changed']
     except (_image.ImageError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **result)

@@ -70,3 +70,194 @@ def test_context_tar_holds_the_containerfile_and_files():
     with tarfile.open(fileobj=buf) as tar:
         assert sorted(tar.getnames()) == ['Containerfile', 'a.py']
         assert tar.extractfile('Containerfile').read() == b'FROM x\n'
+
+
+# --- the Debian security suite ------------------------------------------------------------------------
+
+SECURITY = [
+    ([('debian.sources', DEB822)], 'http://deb.debian.org/debian-security'),
+    ([('sources.list', 'deb http://security.debian.org/debian-security bookworm-security main\n')],
+     'http://security.debian.org/debian-security'),
+    ([('sources.list', 'deb [signed-by=/k.gpg] http://sec.example/debian-security/ trixie-security main\n')],
+     'http://sec.example/debian-security'),
+    ([('sources.list', 'deb http://mirror.example/debian bookworm main\n')], None),
+    ([('sources.list', 'deb http://mirror.example/debian bookworm-updates main\n')], None),
+    ([('sources.list', 'deb http://local.example/sec bookworm-security main\n')], 'http://local.example/sec'),
+    ([('sources.list', '# deb http://security.debian.org/debian-security bookworm-security main\n')], None),
+    ([('sources.list', 'deb-src http://security.debian.org/debian-security bookworm-security main\n')], None),
+    ([('x.sources', 'Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n'
+                    'Enabled: no\n')], None),
+    ([('sources.list', 'deb file:/srv/debian-security bookworm-security main\n')], 'file:/srv/debian-security'),
+    ([('a.list', 'deb http://mirror.example/debian bookworm main\n'),
+      ('b.sources', DEB822)], 'http://deb.debian.org/debian-security'),
+    ([], None),
+]
+
+
+@pytest.mark.parametrize('sources, want', SECURITY)
+def test_security_mirror(sources, want):
+    assert _image.security_mirror(sources) == want
+
+
+HOST_WITH = [('debian.sources', DEB822)]
+HOST_WITHOUT = [('sources.list', 'deb http://mirror.example/debian bookworm main\n')]
+
+
+@pytest.mark.parametrize('option, sources, want', [
+    (None, HOST_WITH, 'http://deb.debian.org/debian-security'),
+    (None, HOST_WITHOUT, _image.DEFAULT_SECURITY_MIRROR),
+    ('http://sec.example/debian-security/', HOST_WITHOUT, 'http://sec.example/debian-security'),
+    ('http://sec.example/debian-security', HOST_WITH, 'http://deb.debian.org/debian-security'),  # the host's wins
+    ('', HOST_WITH, None),  # empty: off, even when the host carries one
+    ('  ', HOST_WITHOUT, None),
+])
+def test_choose_security_mirror(option, sources, want):
+    mirror, source = _image.choose_security_mirror(option, sources)
+    assert mirror == want
+    assert source  # always says where it came from
+
+
+def test_default_security_mirror_is_documented():
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, 'roles', 'proxy', 'defaults', 'main.yml')) as handle:
+        assert 'egress_proxy_security_mirror: %s' % _image.DEFAULT_SECURITY_MIRROR in handle.read()
+    with open(os.path.join(root, 'docs', 'proxy.md')) as handle:
+        assert _image.DEFAULT_SECURITY_MIRROR in handle.read()
+
+
+def test_security_buildargs_and_the_containerfile_uses_them():
+    assert _image.security_buildargs('http://s.example/debian-security', 'trixie') == {
+        'SECURITY_MIRROR': 'http://s.example/debian-security', 'SECURITY_SUITE': 'trixie-security'}
+    assert _image.security_buildargs(None, 'trixie') == {'SECURITY_MIRROR': '', 'SECURITY_SUITE': ''}
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, 'roles', 'proxy', 'files', 'Containerfile')) as handle:
+        proxy = handle.read()
+    with open(os.path.join(root, 'tests', 'images', 'tools', 'Containerfile')) as handle:
+        tools = handle.read()
+    assert _image.wants_security_args(proxy)
+    assert not _image.wants_security_args(tools)  # the tools image gets no such argument (its hash stays)
+    assert '$SECURITY_MIRROR $SECURITY_SUITE main' in proxy
+    assert 'apt-get -y upgrade' in proxy
+
+
+def test_security_args_change_the_build_hash():
+    one = dict(BASE_IMAGE='b', **_image.security_buildargs('http://a.example/debian-security', 'trixie'))
+    off = dict(BASE_IMAGE='b', **_image.security_buildargs(None, 'trixie'))
+    assert _image.build_hash('FROM x', 'sha256:a', one, {}) != _image.build_hash('FROM x', 'sha256:a', off, {})
+
+
+INSPECT_OUT = ('Squid Cache: Version 6.13\nService Name: squid\n' + _image.PACKAGES_MARK + '\n'
+               'libc6 2.41-12\nsquid 6.13-2+deb13u4\nsquidclient 6.13-2+deb13u4\n')
+
+
+def test_parse_inspect():
+    facts = _image.parse_inspect(INSPECT_OUT)
+    assert facts['squid_version'] == '6.13'
+    assert facts['squid_package'] == '6.13-2+deb13u4'
+    assert len(facts['packages_digest']) == 32
+    newer = _image.parse_inspect(INSPECT_OUT.replace('libc6 2.41-12', 'libc6 2.41-12+deb13u1'))
+    assert newer['packages_digest'] != facts['packages_digest']
+    # the order dpkg lists them in does not matter
+    shuffled = _image.parse_inspect(INSPECT_OUT.replace('libc6 2.41-12\nsquid 6.13-2+deb13u4\n',
+                                                        'squid 6.13-2+deb13u4\nlibc6 2.41-12\n'))
+    assert shuffled['packages_digest'] == facts['packages_digest']
+    assert _image.parse_inspect('Squid Cache: Version 6.13\n') == dict(
+        squid_version='6.13', squid_package=None, packages_digest=None)
+    assert _image.parse_inspect('') == dict(squid_version=None, squid_package=None, packages_digest=None)
+
+
+# --- build_image with a fake daemon: the refresh ----------------------------------------------------------
+
+class FakeImage(object):
+    def __init__(self, image_id, labels):
+        self.id = image_id
+        self.labels = labels
+
+
+class FakeDaemon(object):
+    """Images by tag; builds record their nocache flag; the inspect container prints ``packages``."""
+
+    def __init__(self, packages):
+        self.tags = {'base:t': FakeImage('sha256:base', {})}
+        self.packages = packages
+        self.builds = []
+        self.removed = []
+        self.counter = 0
+        self.images = self
+        self.containers = self
+        self.api = self
+
+    # client.images
+    def get(self, name):
+        if name in self.tags:
+            return self.tags[name]
+        import docker
+        raise docker.errors.ImageNotFound(name)
+
+    def build(self, tag=None, labels=None, nocache=False, **kwargs):
+        self.counter += 1
+        image = FakeImage('sha256:new%d' % self.counter, dict(labels))
+        self.tags[tag] = image
+        self.builds.append((tag, nocache, sorted(labels)))
+        return image, [{'stream': 'built\n'}]
+
+    # client.containers
+    def run(self, image_id, cmd, **kwargs):
+        return ('Squid Cache: Version 6.13\n%s\n%s' % (_image.PACKAGES_MARK, self.packages)).encode()
+
+    # client.api
+    def tag(self, image_id, repo, tagname, force=False):
+        self.tags['%s:%s' % (repo, tagname)] = [i for i in self.tags.values() if i.id == image_id][0]
+
+    def remove_image(self, name, noprune=False):
+        self.removed.append(name)
+        self.tags.pop(name, None)
+
+
+PKGS = 'libc6 2.41-12\nsquid 6.13-2+deb13u4\n'
+
+
+def test_build_image_same_hash_builds_nothing():
+    pytest.importorskip('docker')
+    daemon = FakeDaemon(PKGS)
+    first = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t')
+    assert first['changed'] and first['squid_package'] == '6.13-2+deb13u4'
+    assert [b[1] for b in daemon.builds] == [False, False]
+    again = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t')
+    assert not again['changed'] and again['id'] == first['id'] and len(daemon.builds) == 2
+    assert again['squid_package'] == '6.13-2+deb13u4'
+
+
+def test_refresh_without_new_packages_keeps_the_image():
+    pytest.importorskip('docker')
+    daemon = FakeDaemon(PKGS)
+    first = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t')
+    again = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t', refresh=True)
+    assert daemon.builds[2][1] is True  # no layer cache: apt runs again
+    assert daemon.builds[2][0] == 'p:latest-pi-egress-refresh'  # never under the live tag first
+    assert not again['changed'] and again['refreshed'] and again['packages_changed'] is False
+    assert daemon.tags['p:latest'].id == first['id']
+    assert 'p:latest-pi-egress-refresh' in daemon.removed and 'p:latest-pi-egress-refresh' not in daemon.tags
+
+
+def test_refresh_with_new_packages_replaces_the_image():
+    pytest.importorskip('docker')
+    daemon = FakeDaemon(PKGS)
+    first = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t')
+    daemon.packages = PKGS.replace('deb13u4', 'deb13u5')
+    fresh = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t', refresh=True)
+    assert fresh['changed'] and fresh['packages_changed'] and fresh['squid_package'] == '6.13-2+deb13u5'
+    assert daemon.tags['p:latest'].id == fresh['id'] != first['id']
+    assert daemon.tags['p:latest'].labels[_image.LABEL_SQUID_PACKAGE] == '6.13-2+deb13u5'
+    assert 'p:latest-pi-egress-refresh' not in daemon.tags
+
+
+def test_buildargs_reach_the_build_and_the_hash():
+    pytest.importorskip('docker')
+    daemon = FakeDaemon(PKGS)
+    plain = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t')
+    sec = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t',
+                             buildargs=_image.security_buildargs('http://s.example/debian-security', 'trixie'))
+    assert sec['changed'] and sec['build_hash'] != plain['build_hash']

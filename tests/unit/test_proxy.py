@@ -243,7 +243,8 @@ def test_stale_mounts_are_found_by_content(tmp_path):
     old = hashlib.sha256(b'old.test\n').hexdigest()
     new = hashlib.sha256(b'new.test\n').hexdigest()
     out = '%s  /etc/pi-dispatch/egress-allowlist.conf\n' % old
-    assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == [(str(src), '/etc/pi-dispatch/egress-allowlist.conf')]
+    assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == [
+        (str(src), '/etc/pi-dispatch/egress-allowlist.conf')]
     out = '%s  /etc/pi-dispatch/egress-allowlist.conf\n' % new
     assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == []
 
