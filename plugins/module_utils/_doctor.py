@@ -37,6 +37,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _debversion
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _redact
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 
 NETWORK_PREFIX = 'pi-dispatch-egress-doctor-'
 PROBE_PREFIX = 'pi-dispatch-egress-probe-'
@@ -86,6 +88,27 @@ LINES = [
     ('proxy.rules_differ', 'proxy', 'warn',
      "Egress proxy rules: <rules> differs from the collection's copy (<packaged>)"),
     ('proxy.rules_unreadable', 'proxy', 'warn', 'Egress proxy rules: <rules> could not be read (<error>)'),
+    ('proxy.guard', 'proxy', 'ok',
+     'Destination guard in force in <proxy>: a listed name that resolves to <refused> is refused (<count> ranges; '
+     'opened: <opened>)'),
+    ('proxy.guard_missing', 'proxy', 'fail',
+     'Destination guard missing: the rules <proxy> runs do not include egress-guard.conf, so a listed name can lead '
+     'a job to another job, the host or a private range'),
+    ('proxy.guard_unmounted', 'proxy', 'fail',
+     'Destination guard not mounted: <proxy> does not mount egress-guard.conf, so squid cannot read it'),
+    ('proxy.guard_empty', 'proxy', 'fail',
+     'Destination guard empty: egress-guard.conf inside <proxy> defines no pi_guard addresses'),
+    ('proxy.guard_gap', 'proxy', 'fail',
+     'Destination guard gap: egress-guard.conf inside <proxy> does not refuse <what>'),
+    ('proxy.guard_unchecked', 'proxy', 'warn',
+     'Destination guard could not be checked (<why>)'),
+    ('proxy.mounts', 'proxy', 'ok',
+     'Egress proxy mounts: each of the <n> files inside <proxy> has the content of the file on disk'),
+    ('proxy.mounts_stale', 'proxy', 'fail',
+     'Egress proxy mounts: <files> inside <proxy> differ from the file on disk: it was saved by rename (sed -i, an '
+     'editor, lineinfile, template) and the proxy still reads the old one'),
+    ('proxy.mounts_unchecked', 'proxy', 'notrun',
+     'Egress proxy mounts were not compared with the files on disk (<why>)'),
     ('proxy.squid', 'proxy', 'ok', 'Egress proxy squid: package <version> inside <proxy>'),
     ('proxy.squid_unread', 'proxy', 'warn',
      'Egress proxy squid: the package version inside <proxy> could not be read (<why>)'),
@@ -118,6 +141,9 @@ LINES = [
      'Egress canary: the network <net> could not be removed: docker network rm <net>'),
     ('endpoints.include', 'endpoints', 'ok',
      'Model endpoints: the include inside the running proxy matches model-endpoints.json (<ids>)'),
+    ('endpoints.rules_without_include', 'endpoints', 'fail',
+     'Model endpoints: the rules <proxy> runs do not include model-endpoints.conf, so the declared endpoints (<ids>) '
+     'stay unreachable until the rules are refreshed'),
     ('endpoints.include_replaced', 'endpoints', 'fail',
      'Model endpoints: the include inside the running proxy differs from the file it mounts (<file>): the file '
      'was replaced (a rename, an editor\'s save) instead of written in place, and the proxy still reads the old one'),
@@ -922,6 +948,117 @@ def include_line(proxy, declared_ids, render, running, mounted, mounted_path, de
                 'Model endpoints: the include inside the running proxy matches model-endpoints.json (%s)' % ids)
 
 
+# --- the destination guard and the mounts: pure ---------------------------------------------------
+
+GUARD_REFRESH_FIX = ('ansible-playbook pi_dispatch.egress.upgrade -e egress_upgrade_refresh_rules=true (takes the '
+                     'packaged rules with a backup, lays out egress-guard.conf and renders it)')
+
+
+def _guard_comment(text, label):
+    prefix = '# %s: ' % label
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    return None
+
+
+def attrs_gateways(attrs):
+    """{gateway: network name} of every network in a container inspect."""
+    found = {}
+    for name, settings in sorted(((attrs.get('NetworkSettings') or {}).get('Networks') or {}).items()):
+        for key in ('Gateway', 'IPv6Gateway'):
+            if (settings or {}).get(key):
+                found.setdefault(settings[key], name)
+    return found
+
+
+def guard_line(proxy, running_rules, running_guard, mounts_guard, gateways=None, host_gateway=None, why=None):
+    """The guard line from what the running proxy reads.
+
+    ``running_rules``/``running_guard``: the rules and the guard include as read inside the proxy
+    (None: not readable, ``why`` says why); ``gateways``: {address: network} of the proxy's networks now;
+    ``host_gateway``: what host.docker.internal is inside the proxy.
+    """
+    if running_rules is None:
+        return Line('proxy.guard_unchecked', 'warn', 'Destination guard could not be checked (%s)'
+                    % (why or 'the rules inside %s could not be read' % proxy),
+                    fix='docker exec %s cat %s' % (proxy, _rules.CONTAINER_RULES))
+    if not _rules.includes_guard(running_rules):
+        return Line('proxy.guard_missing', 'fail',
+                    'Destination guard missing: the rules %s runs do not include egress-guard.conf, so a listed '
+                    'name can lead a job to another job, the host or a private range' % proxy, fix=GUARD_REFRESH_FIX)
+    if not mounts_guard:
+        return Line('proxy.guard_unmounted', 'fail',
+                    'Destination guard not mounted: %s does not mount egress-guard.conf, so squid cannot read it'
+                    % proxy, fix='ansible-playbook pi_dispatch.egress.site -e egress_proxy_allow_cut_jobs=true '
+                                 '(recreates the proxy with the guard mount)')
+    if running_guard is None:
+        return Line('proxy.guard_unchecked', 'warn', 'Destination guard could not be checked (%s)'
+                    % (why or '%s could not be read inside %s' % (_rules.CONTAINER_GUARD, proxy)),
+                    fix='docker exec %s cat %s' % (proxy, _rules.CONTAINER_GUARD))
+    nets = _guard.acl_networks(running_guard)
+    if not nets:
+        return Line('proxy.guard_empty', 'fail',
+                    'Destination guard empty: egress-guard.conf inside %s defines no pi_guard addresses' % proxy,
+                    fix='ansible-playbook pi_dispatch.egress.site (renders the guard and reloads squid)')
+    pool = _guard_comment(running_guard, 'Job-network pool')
+    gaps = []
+    try:
+        pool_net = _guard.ipaddress.ip_network(pool, strict=False) if pool else None
+    except ValueError:
+        pool_net = None
+    if pool_net is None or not all(_guard.covers(nets, a) for a in (pool_net.network_address,
+                                                                      pool_net.broadcast_address)):
+        gaps.append('the job-network pool %s' % (pool or '(not named)'))
+    for address, network in sorted((gateways or {}).items()):
+        if not _guard.covers(nets, address):
+            gaps.append('the gateway %s of %s' % (address, network))
+    if host_gateway and not _guard.covers(nets, host_gateway):
+        gaps.append('the host-gateway address %s' % host_gateway)
+    if gaps:
+        return Line('proxy.guard_gap', 'fail', 'Destination guard gap: egress-guard.conf inside %s does not refuse %s'
+                    % (proxy, ', '.join(gaps)),
+                    fix='ansible-playbook pi_dispatch.egress.site (renders the guard from the daemon\'s gateways '
+                        'and reloads squid; no job is cut)')
+    refused = ['the job pool %s' % pool_net]
+    outside = _guard_comment(running_guard, 'Network gateways outside the pool (this host)')
+    if outside and outside != 'none known':
+        refused.append('the gateways %s' % outside)
+    if host_gateway:
+        refused.append('the host %s' % host_gateway)
+    refused.append('every other non-public range')
+    opened = _guard_comment(running_guard, 'Opened private ranges') or 'none'
+    return Line('proxy.guard', 'ok',
+                'Destination guard in force in %s: a listed name that resolves to %s is refused (%d ranges; '
+                'opened: %s)' % (proxy, ', '.join(refused), len(nets), opened))
+
+
+def endpoints_rules_line(proxy, running_rules, declared_ids):
+    """A fail line when endpoints are declared and the running rules cannot load them, else None."""
+    if running_rules is None or not declared_ids or _rules.includes_endpoints(running_rules):
+        return None
+    return Line('endpoints.rules_without_include', 'fail',
+                'Model endpoints: the rules %s runs do not include model-endpoints.conf, so the declared endpoints '
+                '(%s) stay unreachable until the rules are refreshed' % (proxy, ', '.join(declared_ids)),
+                fix=GUARD_REFRESH_FIX)
+
+
+def mounts_line(proxy, stale, count, why=None):
+    """``stale``: host paths whose content inside the proxy differs; ``why``: why nothing was compared."""
+    if why:
+        return Line('proxy.mounts_unchecked', 'notrun',
+                    'Egress proxy mounts were not compared with the files on disk (%s)' % why)
+    if stale:
+        return Line('proxy.mounts_stale', 'fail',
+                    'Egress proxy mounts: %s inside %s differ from the file on disk: it was saved by rename (sed -i, '
+                    'an editor, lineinfile, template) and the proxy still reads the old one'
+                    % (', '.join(stale), proxy),
+                    fix='ansible-playbook pi_dispatch.egress.site -e egress_proxy_allow_cut_jobs=true (recreates the '
+                        'proxy on the current files), and write these files in place from now on')
+    return Line('proxy.mounts', 'ok', 'Egress proxy mounts: each of the %d files inside %s has the content of the '
+                                      'file on disk' % (count, proxy))
+
+
 # --- proxy lines: pure ---------------------------------------------------------------------------
 
 def proxy_lines(proxy, attrs):
@@ -1313,6 +1450,46 @@ class Doctor(object):
         line = include_line(self.proxy, [e.id for e in endpoints], render, running, mounted, mounted_path,
                             declaration, bool(mount))
         return [line] if line else []
+
+    # --- the destination guard and the mounts ------------------------------------------------------
+    def guard_lines(self, attrs):
+        """The guard line, the rules-without-endpoints line and the stale-mount line (running proxy)."""
+        lines = []
+        mounts = [(m.get('Source'), m.get('Destination')) for m in attrs.get('Mounts') or []
+                  if m.get('Type') == 'bind' and m.get('Source') and m.get('Destination')]
+        mounts_guard = any(dst == _rules.CONTAINER_GUARD for _src, dst in mounts)
+        running_rules = running_guard = host_gateway = why = None
+        try:
+            container = self.client.containers.get(self.proxy)
+            rc, out = dc.exec_in(container, ['cat', _rules.CONTAINER_RULES])
+            running_rules = out if rc == 0 else None
+            if mounts_guard:
+                rc, out = dc.exec_in(container, ['cat', _rules.CONTAINER_GUARD])
+                running_guard = out if rc == 0 else None
+            rc, out = dc.exec_in(container, ['cat', '/etc/hosts'])
+            host_gateway = _proxy.hosts_address(out) if rc == 0 else None
+        except Exception as exc:
+            why = ' '.join((dc.api_message(exc) if not isinstance(exc, dc.EngineError) else str(exc)).split())
+            container = None
+        lines.append(guard_line(self.proxy, running_rules, running_guard, mounts_guard, attrs_gateways(attrs),
+                                host_gateway, why=why))
+        line = endpoints_rules_line(self.proxy, running_rules, sorted(e.id for e in self._endpoints or []))
+        if line:
+            lines.append(line)
+        if not daemon_locality(self.docker_host, self.environ)[0]:
+            lines.append(mounts_line(self.proxy, [], len(mounts), why='the daemon is on another host, so its files '
+                                                                      'are not readable here'))
+        elif container is None or not mounts:
+            lines.append(mounts_line(self.proxy, [], 0, why=why or 'the proxy mounts no file'))
+        else:
+            try:
+                rc, out = dc.exec_in(container, _proxy.mounted_digests_cmd([dst for _src, dst in mounts]))
+                inside = _proxy.parse_digests(out)
+                stale = [src for src, _dst in _proxy.stale_mounts(dict(mounts=mounts), inside)]
+                lines.append(mounts_line(self.proxy, stale, len(mounts)))
+            except Exception as exc:
+                lines.append(mounts_line(self.proxy, [], len(mounts), why=' '.join(str(exc).split())))
+        return lines
 
     # --- squid inside the proxy ----------------------------------------------------------------
     def squid_installed(self):
@@ -1742,6 +1919,7 @@ class Doctor(object):
             squid_thread = threading.Thread(target=lambda: squid_out.extend(self.squid_lines(attrs)))
             squid_thread.daemon = True
             squid_thread.start()
+            lines.extend(self.guard_lines(attrs))
             lines.extend(self.include_lines(attrs))
             canary, endpoint_lines, isolation_lines = self.canary()
             squid_thread.join(SQUID_CANDIDATE_TIMEOUT + self.start_grace + 30)

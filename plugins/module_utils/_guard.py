@@ -195,10 +195,17 @@ def always_denied(pool=DEFAULT_POOL, gateways=(), host_gateway=None):
     """What no opened range can open: the never-open ranges, the pool, the gateways, the host gateway."""
     nets = [ipaddress.ip_network(n) for n, _why in NEVER_OPEN]
     nets.append(ipaddress.ip_network(pool, strict=False))
-    nets.extend(_host_net(g) for g in gateways)
+    nets.extend(_host_net(g) for g in outside_pool(gateways, pool))
     if host_gateway:
         nets.append(_host_net(host_gateway))
     return nets
+
+
+def outside_pool(gateways, pool=DEFAULT_POOL):
+    """The gateways the pool does not already cover (job networks' gateways are inside it)."""
+    pool_net = ipaddress.ip_network(pool, strict=False)
+    return [g for g in gateways
+            if not (ipaddress.ip_address(g).version == pool_net.version and ipaddress.ip_address(g) in pool_net)]
 
 
 def denied(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None):
@@ -237,8 +244,10 @@ def render(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None,
     out = [HEADER, '\n']
     out.append('# Opened private ranges: %s\n' % (', '.join(str(n) for n in opened) or 'none'))
     out.append('# Job-network pool: %s\n' % ipaddress.ip_network(pool, strict=False))
-    gws = sorted(set(str(ipaddress.ip_address(g)) for g in gateways), key=ipaddress.ip_address)
-    out.append('# Network gateways (this host): %s\n' % (', '.join(gws) or 'none known'))
+    # A gateway inside the pool (every job network's) is refused with the pool: leaving it out keeps
+    # the file the same bytes while job networks come and go.
+    gws = sorted(set(str(ipaddress.ip_address(g)) for g in outside_pool(gateways, pool)), key=ipaddress.ip_address)
+    out.append('# Network gateways outside the pool (this host): %s\n' % (', '.join(gws) or 'none known'))
     out.append('# host-gateway (host.docker.internal): %s\n' % (host_gateway or 'not known'))
     kept = kept_inside(opened, gateways, host_gateway)
     if kept:

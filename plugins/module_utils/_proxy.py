@@ -274,8 +274,8 @@ def create_kwargs(spec):
 # reconfigure (:func:`reconfigure_cmd`): an edit in between is then recorded as not read and
 # reconfigured once more on the next run, never recorded as read while squid has the old one.
 LOADED_ALLOWLIST = '/tmp/pi-egress-loaded-allowlist.conf'
-COMMAND = ['sh', '-c', 'cp %s %s; exec squid -N -f %s' % (_rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST,
-                                                       _rules.CONTAINER_RULES)]
+COMMAND = ['sh', '-c', 'cp %s %s; exec squid -N -f %s' % (
+    _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, _rules.CONTAINER_RULES)]
 PARSE_CMD = ['squid', '-k', 'parse', '-f', _rules.CONTAINER_RULES]
 
 
@@ -336,7 +336,7 @@ def reconfigure(container, parse_first=True):
         rc, out = dc.exec_in(container, PARSE_CMD)
         if rc != 0:
             raise ParseRefused('squid refused its rules (squid -k parse exited %s), so the proxy was not reloaded '
-                             'and keeps its last good rules. squid said:\n%s' % (rc, _tail(out)))
+                               'and keeps its last good rules. squid said:\n%s' % (rc, _tail(out)))
     rc, out = dc.exec_in(container, reconfigure_cmd())
     if rc != 0:
         raise ProxyError('squid -k reconfigure exited %s: %s' % (rc, _tail(out)))

@@ -21,7 +21,7 @@ description:
     the C(host-gateway) address (read inside the proxy as C(host.docker.internal)), loopback,
     link-local and the cloud metadata addresses.
   - The gateways and the host-gateway address come from the Docker Engine, never from assumed subnets.
-  - The file is written in place (same inode: the proxy mounts it as a single file), then the running
+  - The file is written in place (same inode, since the proxy mounts it as a single file), then the running
     proxy is reloaded with C(squid -k parse) and C(squid -k reconfigure), which keeps every running
     job's tunnels. A parse squid refuses puts the previous file back.
 author:

@@ -26,7 +26,7 @@ description:
     C(io.pi-dispatch.egress.squid-package) and a digest of every installed package in
     C(io.pi-dispatch.egress.packages).
   - When the Containerfile declares C(ARG SECURITY_MIRROR), passes the Debian security archive as the
-    build arguments C(SECURITY_MIRROR) and C(SECURITY_SUITE) (C(<base_suite>-security)): the host's own
+    build arguments C(SECURITY_MIRROR) and C(SECURITY_SUITE) (C(<base_suite>-security)), the host's own
     security archive from its apt sources, else I(security_mirror). Both are covered by the build hash.
   - I(refresh=true) builds again without the layer cache, so apt fetches what the mirror serves now; when
     the fresh image installs exactly the packages of the current one, the current image is kept.

@@ -33,7 +33,7 @@ description:
     proxy reading the old inode, and is a difference too. Networks the old container was attached
     to (job networks and any other but the upstream) are reconnected to the new one.
   - A replace, restart, stop or removal that would cut jobs (job networks attached to a running or
-    paused proxy) is refused with the count, unless O(allow_cut_jobs) is set: the same rule as the
+    paused proxy) is refused with the count, unless O(allow_cut_jobs) is set, the same rule as the
     upgrade.
   - Before it starts or reloads squid it validates the allowlist; a refused allowlist changes nothing.
   - A container under the proxy's name that is not a pi-dispatch proxy (no label of
@@ -89,7 +89,8 @@ options:
     default: []
   mount_endpoints:
     description:
-      - Mount C(model-endpoints.conf). Only a rules file without the include may run without it.
+      - Mount C(model-endpoints.conf) and C(egress-guard.conf). Only a rules file without the includes (the
+        two-mount shape from before the model-endpoints include) may run without them.
     type: bool
     default: true
   health_interval:
@@ -106,7 +107,7 @@ options:
     default: 60
   allow_cut_jobs:
     description:
-      - Consent to an action that cuts the jobs attached to the running proxy (their tunnels drop):
+      - Consent to an action that cuts the jobs attached to the running proxy (their tunnels drop), that is
         a replace (any difference, including a stale mount), a restart, a stop or a removal. Without
         it such an action is refused and nothing changes.
     type: bool
@@ -278,7 +279,7 @@ def main():
             deploy_paths['endpoints_conf'] if deploy_paths else '',
             network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
             health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'],
-            guard=deploy_paths['guard_conf'] if deploy_paths else None, limits=limits)
+            guard=deploy_paths['guard_conf'] if deploy_paths and p['mount_endpoints'] else None, limits=limits)
     except _proxy.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 

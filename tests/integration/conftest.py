@@ -27,6 +27,9 @@ import time
 import pytest
 
 docker = pytest.importorskip('docker')
+from docker.types import IPAMConfig, IPAMPool  # noqa: E402
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUFFIX = os.environ.get('PI_EGRESS_IT_SUFFIX', '-it')
@@ -263,8 +266,10 @@ def egress_env(engine, tmp_path_factory):
     api.start(fake['Id'])
     _wait_fake_ready(client, env.fake)
 
+    # A real job network comes from the job pool (its gateway is refused with the pool).
     client.networks.create(env.job_net, driver='bridge', internal=True,
-                           labels={'io.pi-dispatch.egress.test': 'client-net'})
+                           labels={'io.pi-dispatch.egress.test': 'client-net'},
+                           ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(_jobnet.plan_subnet(client)))]))
     client.networks.get(env.job_net).connect(env.proxy)
     client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=env.client_container, detach=True,
                           network=env.job_net, labels={'io.pi-dispatch.egress.test': 'client'})

@@ -181,7 +181,7 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
     inode = os.stat(rules).st_ino
     with open(rules, 'r+') as handle:  # in place: the proxy reads it through a single-file bind mount
         text = handle.read()
-        marker = 'http_access deny pi_allowlist pi_this_host'
+        marker = 'http_access deny pi_allowlist pi_guard'
         assert marker in text
         text = text.replace(marker, 'http_access allow all\n' + marker, 1)
         handle.seek(0)

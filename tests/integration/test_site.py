@@ -61,6 +61,7 @@ def test_container_shape(egress_env):
         '/etc/squid/squid.conf': 'deploy/egress-proxy.conf',
         '/etc/pi-dispatch/egress-allowlist.conf': 'egress-allowlist.conf',
         '/etc/pi-dispatch/model-endpoints.conf': 'model-endpoints.conf',
+        '/etc/pi-dispatch/egress-guard.conf': 'egress-guard.conf',
     }
     assert set(mounts) == set(want)
     for dest, rel in want.items():

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import docker, run_playbook
+from conftest import ROOT, docker, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +27,9 @@ CLIENT = 'h6-client'
 CLIENT_NET = 'h6-client-net'
 LABEL = {'io.pi-dispatch.egress.test': 'h6-upgrade'}
 INCLUDE = 'include /etc/pi-dispatch/model-endpoints.conf\n'
+GUARD = 'include /etc/pi-dispatch/egress-guard.conf\n'
+OLD_RULES = os.path.join(ROOT, 'molecule', 'upgrade', 'files', 'egress-proxy-old.conf')
+ANCHOR = 'http_access allow CONNECT pi_port_443 pi_allowlist\n'
 OLD_EXTRA = 'acl pi_port_8080 port 8080\nhttp_access allow !CONNECT pi_port_8080 pi_allowlist\n'
 BROKEN_LINE = 'http_access allow pi_no_such_acl\n'
 WAIT = 25
@@ -164,12 +167,18 @@ def world(egress_env, tmp_path_factory):
         handle.write(DEPLOYMENT_PLAYBOOK)
     rc, out, _recap = run_playbook(book, {'h6_deploy_dir': w.deploy_dir, 'h6_allowlist': egress_env.allowlist})
     assert rc == 0, out[-4000:]
-    # The folder's rules are the packaged copy; make them the pre-#503 shape with the 8080 difference.
+    # The folder's rules are the packaged copy; put the pre-#503 rules (the molecule upgrade scenario's
+    # fixture, version 1 without its include) in their place, with the 8080 difference. That deployment
+    # had no destination guard include either.
     w.packaged = w.read_rules()
-    assert INCLUDE in w.packaged
-    w.old_rules = w.packaged.replace(INCLUDE, OLD_EXTRA)
+    assert INCLUDE in w.packaged and GUARD in w.packaged
+    with open(OLD_RULES) as handle:
+        old = handle.read()
+    assert INCLUDE not in old and GUARD not in old and ANCHOR in old
+    w.old_rules = old.replace(ANCHOR, OLD_EXTRA + ANCHOR, 1)
     with open(w.rules, 'w') as handle:
         handle.write(w.old_rules)
+    os.unlink(os.path.join(w.deploy_dir, 'egress-guard.conf'))
     book = os.path.join(w.root, 'old-proxy.yml')
     with open(book, 'w') as handle:
         handle.write(OLD_PROXY_PLAYBOOK)
@@ -250,8 +259,9 @@ def test_upgrade_refreshes_and_replaces_the_two_mount_proxy(world):
     with open(new[0]) as handle:
         assert handle.read() == world.old_rules
     assert world.read_rules() == world.packaged
-    assert world.mounts() == ['/etc/pi-dispatch/egress-allowlist.conf', '/etc/pi-dispatch/model-endpoints.conf',
-                              '/etc/squid/squid.conf']
+    assert world.mounts() == ['/etc/pi-dispatch/egress-allowlist.conf', '/etc/pi-dispatch/egress-guard.conf',
+                              '/etc/pi-dispatch/model-endpoints.conf', '/etc/squid/squid.conf']
+    assert os.path.isfile(os.path.join(world.deploy_dir, 'egress-guard.conf'))  # the upgrade added it
     world.wait_healthy()
     assert world.inspect()['State']['Running'] is True
     # the new rules are in force: 8080 is refused by squid, port 80 still passes

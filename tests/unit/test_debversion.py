@@ -34,7 +34,8 @@ TABLE = [
 @pytest.mark.parametrize('a, b, sign', TABLE)
 def test_compare(a, b, sign):
     assert _debversion.compare(a, b) == sign
-    assert _debversion.compare(b, a) == -sign
+    swapped = (b, a)
+    assert _debversion.compare(*swapped) == -sign
 
 
 @pytest.mark.parametrize('bad', ['', 'a:1.0', '1.0 2', None, ':1', '1.0-'])

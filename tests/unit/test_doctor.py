@@ -515,3 +515,76 @@ def test_canary_missing_probe_image_is_not_run(monkeypatch):
     assert [(line.id, line.status) for line in isolation_lines] == [('isolation.notrun', 'notrun')]
     assert 'img' in lines[0].message and lines[0].fix
     assert api.calls == []
+
+
+# --- the destination guard, the rules' endpoints include, the mounts -------------------------------------
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard as G  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules as R  # noqa: E402
+
+GUARD = G.render(G.validate(['172.18.0.0/16'], gateways=['172.18.0.1'], host_gateway='172.17.0.1'),
+                 gateways=['172.18.0.1'], host_gateway='172.17.0.1')
+RULES = R.packaged_rules()
+RULES_V1 = '\n'.join(line for line in RULES.splitlines() if not line.startswith('include '))
+GUARD_NO_POOL = GUARD.replace('# Job-network pool: 10.47.0.0/16', '# Job-network pool: 44.99.0.0/16')
+GUARD_NO_ACL = '\n'.join(line for line in GUARD.splitlines() if not line.startswith('acl pi_guard'))
+
+
+@pytest.mark.parametrize('case, rules, guard, mounted, gateways, host_gw, expect, needles', [
+    ('in force', RULES, GUARD, True, {'172.18.0.1': 'up', '10.47.0.1': 'pi-job-a-net'}, '172.17.0.1',
+     'proxy.guard', ['the job pool 10.47.0.0/16', 'the gateways 172.18.0.1', 'the host 172.17.0.1',
+                     'opened: 172.18.0.0/16']),
+    ('a docker-default network attached later is covered by the private ranges', RULES, GUARD, True,
+     {'172.22.0.1': 'late'}, '172.17.0.1', 'proxy.guard', []),
+    ('rules of version 1', RULES_V1, GUARD, True, {}, None, 'proxy.guard_missing', ['do not include']),
+    ('an older container without the mount', RULES, None, False, {}, None, 'proxy.guard_unmounted', []),
+    ('the guard unreadable inside', RULES, None, True, {}, None, 'proxy.guard_unchecked', []),
+    ('rules unreadable', None, GUARD, True, {}, None, 'proxy.guard_unchecked', []),
+    ('no pi_guard line', RULES, GUARD_NO_ACL, True, {}, None, 'proxy.guard_empty', []),
+    ('an opened range swallows a gateway attached later', RULES, GUARD, True, {'172.18.5.1': 'other'}, None,
+     'proxy.guard_gap', ['the gateway 172.18.5.1 of other']),
+    ('the named pool is not covered', RULES, GUARD_NO_POOL, True, {}, None, 'proxy.guard_gap',
+     ['the job-network pool 44.99.0.0/16']),
+    ('a public host gateway', RULES, GUARD, True, {}, '44.1.2.3', 'proxy.guard_gap',
+     ['the host-gateway address 44.1.2.3']),
+])
+def test_guard_line(case, rules, guard, mounted, gateways, host_gw, expect, needles):
+    line = _doctor.guard_line('p', rules, guard, mounted, gateways, host_gw)
+    assert line.id == expect, (case, line)
+    assert line.status == _doctor._BY_ID[expect][2]
+    for needle in needles:
+        assert needle in line.message, (case, line.message)
+    if line.status != 'ok':
+        assert line.fix, case
+
+
+@pytest.mark.parametrize('rules, ids, expect', [
+    (RULES, ['m1'], None),
+    (RULES_V1, ['m1', 'm2'], 'endpoints.rules_without_include'),
+    (RULES_V1, [], None),
+    (None, ['m1'], None),
+])
+def test_rules_without_the_endpoints_include(rules, ids, expect):
+    line = _doctor.endpoints_rules_line('p', rules, ids)
+    assert (line.id if line else None) == expect
+    if line:
+        assert 'm1, m2' in line.message and 'until the rules are refreshed' in line.message
+
+
+@pytest.mark.parametrize('stale, count, why, expect', [
+    ([], 4, None, 'proxy.mounts'),
+    (['/d/egress-allowlist.conf'], 4, None, 'proxy.mounts_stale'),
+    ([], 4, 'the daemon is on another host', 'proxy.mounts_unchecked'),
+])
+def test_mounts_line(stale, count, why, expect):
+    line = _doctor.mounts_line('p', stale, count, why)
+    assert line.id == expect
+    for path in stale:
+        assert path in line.message and 'saved by rename' in line.message
+
+
+def test_attrs_gateways():
+    attrs = {'NetworkSettings': {'Networks': {'b': {'Gateway': '10.47.0.1', 'IPv6Gateway': ''},
+                                              'a': {'Gateway': '172.18.0.1', 'IPv6Gateway': 'fd00::1'}}}}
+    assert _doctor.attrs_gateways(attrs) == {'172.18.0.1': 'a', 'fd00::1': 'a', '10.47.0.1': 'b'}
+    assert _doctor.attrs_gateways({}) == {}

@@ -97,6 +97,17 @@ def test_render_is_deterministic_and_names_what_it_refuses():
             assert line.split()[:3] == ['acl', 'pi_guard', 'dst'] and len(line.split()) <= 11
 
 
+@pytest.mark.parametrize('pool_gateways', [['10.47.0.1'], ['10.47.0.1', '10.47.3.1', '10.47.255.1']])
+def test_job_network_gateways_inside_the_pool_leave_the_render_unchanged(pool_gateways):
+    """Job networks come and go all day: their gateways are refused with the pool, the file keeps its bytes."""
+    outside = ['172.18.0.1']
+    opened = G.validate(['172.18.0.0/16'], gateways=outside, host_gateway=HOST_GW)
+    text = G.render(opened, gateways=outside, host_gateway=HOST_GW)
+    assert G.render(opened, gateways=outside + pool_gateways, host_gateway=HOST_GW) == text
+    assert all(G.covers(G.acl_networks(text), g) for g in pool_gateways)
+    assert G.outside_pool(outside + pool_gateways) == outside
+
+
 def test_default_render_refuses_every_private_range_and_opens_none():
     nets = G.acl_networks(G.default_render())
     for address in ('10.0.0.1', '172.20.0.1', '192.168.0.1', '10.47.0.1'):

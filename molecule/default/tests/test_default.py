@@ -37,8 +37,9 @@ def test_mounts_are_read_only_single_files(host):
     assert mounts['/etc/squid/squid.conf']['Source'] == DEPLOY + '/deploy/egress-proxy.conf'
     assert mounts['/etc/pi-dispatch/egress-allowlist.conf']['Source'] == DEPLOY + '/egress-allowlist.conf'
     assert mounts['/etc/pi-dispatch/model-endpoints.conf']['Source'] == DEPLOY + '/model-endpoints.conf'
+    assert mounts['/etc/pi-dispatch/egress-guard.conf']['Source'] == DEPLOY + '/egress-guard.conf'
     assert all(m['RW'] is False for m in attrs['Mounts'])
-    assert len(attrs['Mounts']) == 3
+    assert len(attrs['Mounts']) == 4
 
 
 def test_no_published_ports(host):
