@@ -41,11 +41,15 @@ author:
   - pi-dispatch egress team (@pi-dispatch)
 attributes:
   check_mode:
-    support: full
+    support: partial
     description:
-      - The canary still runs in check mode, because its only changes are its own throwaway network
-        and probes, which it removes before it returns (the report is what check mode asks for).
-        The sweep of an EARLIER run's leftovers is only reported (C(would be removed)), never done.
+      - Not side-effect free, so declared partial. In check mode the canary still creates its own
+        throwaway networks (C(pi-egress-doctor-<pid>-net) and the isolation peers' job networks),
+        attaches the proxy to them, runs its probe containers and an image's C(apt-get update) probe,
+        sends the probes' requests through the proxy (each adds an access-log line), and removes all
+        of it before it returns; the report is what check mode asks for. It never changes the
+        deployment folder, the rules or the proxy's settings.
+      - The sweep of an EARLIER run's leftovers is only reported (C(would be removed)), never done.
   diff_mode:
     support: none
     description: Nothing persistent is changed, so there is nothing to diff.
