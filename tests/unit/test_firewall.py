@@ -356,3 +356,45 @@ def test_currency(case, present, now, expect):
 ])
 def test_parse_version(text, variant):
     assert fw.parse_version(text) == variant
+
+
+# --- the doctor's firewall lines -------------------------------------------------------------------------------
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_firewall as dfw  # noqa: E402
+
+
+@pytest.mark.parametrize('text, expect', [
+    ('PIDOCTOR-FW 28  curl: (28) timed out', dict(rc=28, code=0, error='curl: (28) timed out')),
+    ('noise\nPIDOCTOR-FW 0 200 ', dict(rc=0, code=200, error='')),
+    ('nothing', None),
+])
+def test_parse_probe(text, expect):
+    assert dfw.parse_probe(text) == expect
+
+
+@pytest.mark.parametrize('result, hits, installed, line_id', [
+    (dict(rc=28, code=0, error=''), 0, True, 'firewall.probe_silent'),
+    (dict(rc=28, code=0, error=''), 0, False, 'firewall.probe_silent'),
+    (dict(rc=0, code=200, error=''), 1, False, 'firewall.probe_answered'),
+    (dict(rc=0, code=200, error=''), 1, True, 'firewall.probe_leaks'),
+    (dict(rc=7, code=0, error='refused'), 0, True, 'firewall.probe_leaks'),   # packets reached the host
+    (dict(rc=28, code=0, error=''), 1, False, 'firewall.probe_answered'),    # the listener saw it: answered
+    (dict(rc=6, code=0, error='no host'), 0, False, 'firewall.probe_notrun'),
+    (None, 0, True, 'firewall.probe_notrun'),
+])
+def test_classify_probe(result, hits, installed, line_id):
+    line = dfw.classify_probe(result, 'why', hits, installed, '10.47.0.1:40000', 'pi-job-doctor-1-fw-net')
+    assert line.id == line_id
+    if line_id == 'firewall.probe_answered':
+        assert line.status == 'warn' and 'egress_firewall_enabled' in line.message
+
+
+@pytest.mark.parametrize('states, line_id', [
+    ({'ipv4': ('absent', []), 'ipv6': ('absent', [])}, 'firewall.off'),
+    ({'ipv4': ('current', [])}, 'firewall.current'),
+    ({'ipv4': ('current', []), 'ipv6': ('jump-missing', ['FORWARD -> X'])}, 'firewall.jump_missing'),
+    ({'ipv4': ('stale', ['PI-EGRESS-INPUT: missing x'])}, 'firewall.stale'),
+])
+def test_presence_line(states, line_id):
+    line, _installed = dfw.presence_line(states, P, {'ipv4': 'nft', 'ipv6': 'nft'})
+    assert line.id == line_id
