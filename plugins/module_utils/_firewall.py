@@ -558,8 +558,8 @@ def plan(present, ruleset):
             if target in our_names and not (chain in hooks and _jump_target(rule) == target):
                 result.problems.append(
                     '"%s" jumps to %s, and this collection did not write it (its only jumps are "-A <hook> -j '
-                    '<chain>" in %s); delete it (iptables -D %s) and re-run' % (rule, target, ', '.join(HOOKS),
-                                                                              rule[3:]))
+                    '<chain>" in %s); delete it (iptables -D %s) and re-run'
+                    % (rule, target, ', '.join(HOOKS), rule[3:]))
     for hook, _chain in ruleset.jumps:
         if hook not in table.chains:
             result.problems.append(
@@ -577,8 +577,8 @@ def plan(present, ruleset):
     for chain in changed_chains:
         want = ruleset.chains[chain]
         result.script_lines.extend(want)
-        result.actions.append('%s %s (%d rules)' % ('rewrite' if chain in table.chains else 'create', chain,
-                                                     len(want)))
+        verb = 'rewrite' if chain in table.chains else 'create'
+        result.actions.append('%s %s (%d rules)' % (verb, chain, len(want)))
     # 2. the jumps: exactly one, rule 1 of its hook; any other jump of ours in a hook goes
     wanted_jumps = set(ruleset.jumps)
     for hook in [c for c in table.order if c in hooks]:
@@ -665,11 +665,9 @@ def currency(present, ruleset, existing_bridges=()):
             what.append('the chain is no longer wanted')
         else:
             if missing:
-                what.append('missing "%s"' % '", "'.join(missing[:3]) + (' and %d more' % (len(missing) - 3)
-                                                                          if len(missing) > 3 else ''))
+                what.append('missing %s' % _some(missing))
             if extra:
-                what.append('not wanted "%s"' % '", "'.join(extra[:3]) + (' and %d more' % (len(extra) - 3)
-                                                                           if len(extra) > 3 else ''))
+                what.append('not wanted %s' % _some(extra))
         details.append('%s: %s' % (chain, ', '.join(what) or 'the rules are in another order'))
     for action in result.actions:
         if action.startswith(('move the jump', 'delete the jump')):
@@ -683,6 +681,11 @@ def currency(present, ruleset, existing_bridges=()):
                            'by their interface rules' % (len(new), ', '.join(new[:3]) + (' ...' if len(new) > 3
                                                                                          else ''))]
     return 'current', []
+
+
+def _some(rules, shown=3):
+    more = ' and %d more' % (len(rules) - shown) if len(rules) > shown else ''
+    return '"%s"%s' % ('", "'.join(rules[:shown]), more)
 
 
 def _vanished(rule, bridges_now):
@@ -796,8 +799,8 @@ def read_table(runner, backend):
     """The filter table as text (``iptables-save -t filter``); raises FirewallError naming the fix."""
     rc, out, err = runner.run([backend.save, '-t', 'filter'])
     if rc != 0:
-        raise FirewallError('%s -t filter failed (rc %s): %s.%s' % (backend.save, rc, (err or out).strip(),
-                                                                     _permission_hint(err or out)))
+        raise FirewallError('%s -t filter failed (rc %s): %s.%s'
+                            % (backend.save, rc, (err or out).strip(), _permission_hint(err or out)))
     return out
 
 

@@ -65,8 +65,8 @@ options:
   networks:
     description:
       - The networks to write interface rules for. Unset, every bridge network the daemon has that is a job network
-        (C(pi-job-<id>-net) or our job-id label) or a doctor canary network. Given, exactly these (each must exist):
-        tests, and hosts where the layer is scoped by hand.
+        (C(pi-job-<id>-net) or our job-id label) or a doctor canary network. Given, exactly these (each must exist), for
+        tests and for hosts where the layer is scoped by hand.
     type: list
     elements: str
   upstream_network:

@@ -142,8 +142,9 @@ def world(egress_env, tmp_path_factory):
 def dial(w, host=None):
     """From the job container, directly (no proxy), to the listener on its gateway: (curl rc, body)."""
     container = w.env.client.containers.get(w.container)
-    rc, out = container.exec_run(['sh', '-c', "curl -sS --noproxy '*' --connect-timeout 3 --max-time 5 http://%s:%d/;"
-                                               " echo \" rc=$?\"" % (host or w.gateway, w.port)])
+    script = "curl -sS --noproxy '*' --connect-timeout 3 --max-time 5 http://%s:%d/; echo \" rc=$?\"" % (
+        host or w.gateway, w.port)
+    rc, out = container.exec_run(['sh', '-c', script])
     text = out.decode('utf-8', 'replace')
     match = re.search(r' rc=(\d+)', text)
     return (int(match.group(1)) if match else -1), text
@@ -225,8 +226,8 @@ def test_gateway_answers_with_the_layer_off_and_not_with_it_on(world):
     w = world
     rc, text = dial(w)
     assert rc == 0 and 'FWTOK' in text, text          # --internal does not hide the host: it answered
-    report('probe-before.txt', 'layer off: curl http://%s:%d/ from %s -> rc %d %r\n' % (w.gateway, w.port,
-                                                                                        w.container, rc, text))
+    report('probe-before.txt', 'layer off: curl http://%s:%d/ from %s -> rc %d %r\n'
+           % (w.gateway, w.port, w.container, rc, text))
     rc_site, out, _recap = site(w)
     assert rc_site == 0, out[-6000:]
     assert firewall_task_status(out) == 'changed', out[-3000:]
@@ -234,8 +235,8 @@ def test_gateway_answers_with_the_layer_off_and_not_with_it_on(world):
     rc, text = dial(w)
     assert rc == 28, text                              # dropped: a timeout, not a refusal
     assert open(w.log).read().count('conn') == seen_before   # the listener never saw it
-    report('probe-after.txt', 'layer on: curl http://%s:%d/ from %s -> rc %d %r\n' % (w.gateway, w.port,
-                                                                                       w.container, rc, text))
+    report('probe-after.txt', 'layer on: curl http://%s:%d/ from %s -> rc %d %r\n'
+           % (w.gateway, w.port, w.container, rc, text))
     report('iptables-save-ours.txt', ours(save('ipv4')) + '# ip6tables-save\n' + ours(save('ipv6')))
     # Idempotent, and check mode + diff predicts no change.
     rc_site, out, _recap = site(w)
