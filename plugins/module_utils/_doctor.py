@@ -70,6 +70,7 @@ GROUPS = (
     ('endpoints', 'Model endpoints'),
     ('overlay', 'Overlay models.json and allowlist'),
     ('isolation', 'Job networks'),
+    ('firewall', 'Host firewall layer'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
 )
 
@@ -218,6 +219,31 @@ LINES = [
      'Job-to-job isolation: <peer> on <net> does not reach the proxy (<what>), so a job there gets no egress'),
     ('isolation.notrun', 'isolation', 'notrun', 'Job-to-job isolation was not checked (<why>)'),
     ('isolation.cleanup', 'isolation', 'warn', 'Job-to-job isolation: <net> could not be torn down (<why>)'),
+    # The host firewall layer (_doctor_firewall.py).
+    ('firewall.current', 'firewall', 'ok',
+     'Host firewall layer present and current (<prefix> chains and their jumps from INPUT and DOCKER-USER match '
+     'what egress_firewall would write; <families>)'),
+    ('firewall.jump_missing', 'firewall', 'fail',
+     'Host firewall layer: the jump <hook> -> <chain> is missing, so its chain is there and nothing reaches it (a '
+     'dockerd restart re-creates DOCKER-USER; a firewall reload flushes INPUT)'),
+    ('firewall.stale', 'firewall', 'warn', 'Host firewall layer is not current (<what>)'),
+    ('firewall.off', 'firewall', 'notrun',
+     'Host firewall layer is not installed (no <prefix> chains; egress_firewall_enabled is false or was never '
+     'applied)'),
+    ('firewall.unchecked', 'firewall', 'notrun', 'Host firewall layer could not be checked (<why>)'),
+    ('firewall.probe_silent', 'firewall', 'ok',
+     'Job network gateway answers nothing (<gateway>:<port> on <net>, where the doctor listened: no answer within '
+     '<timeout>s)'),
+    ('firewall.probe_answered', 'firewall', 'warn',
+     'Job network gateway answered (<gateway>:<port> on <net>: <how>): every service on 0.0.0.0 of this host '
+     'answers every job; the host firewall layer is off (egress_firewall_enabled)'),
+    ('firewall.probe_leaks', 'firewall', 'fail',
+     'Job network gateway answered although the host firewall layer is installed (<gateway>:<port> on <net>: '
+     '<how>)'),
+    ('firewall.probe_notrun', 'firewall', 'notrun', 'Job network gateway probe did not run (<why>)'),
+    ('firewall.leftover', 'firewall', 'ok',
+     'Firewall probe: removed <net> (and <probe>), left by an EARLIER doctor run'),
+    ('firewall.cleanup', 'firewall', 'warn', 'Firewall probe: <what> could not be removed (<why>)'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),
@@ -1939,6 +1965,8 @@ class Doctor(object):
             isolation_lines = self._isolation_skipped('the proxy is not running')
         lines.extend(self.overlay())
         lines.extend(isolation_lines)
+        from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_firewall
+        lines.extend(_doctor_firewall.lines_for(self, getattr(self, 'firewall', None)))
         lines.extend(leftovers)
         self.timings['total'] = time.monotonic() - started
         return lines

@@ -111,6 +111,22 @@ options:
     description: The prefix length of each job network's subnet in I(job_network_pool).
     type: int
     default: 29
+  firewall:
+    description:
+      - Check the host firewall layer (M(pi_dispatch.egress.egress_firewall)) - its chains and jumps are present and
+        current - and probe a throwaway job network's gateway through a listener the doctor opens there. Needs root
+        for iptables-save (reported as not run otherwise) and a daemon on this host.
+    type: bool
+    default: true
+  firewall_chain_prefix:
+    description: The layer's chain prefix, as given to M(pi_dispatch.egress.egress_firewall).
+    type: str
+    default: PI-EGRESS
+  firewall_probe:
+    description: Run the gateway probe (a job network C(pi-job-doctor-<pid>-fw-net) from I(job_network_pool) and a
+      probe C(pi-dispatch-egress-probe-firewall-<pid>)).
+    type: bool
+    default: true
   sweep:
     description:
       - Sweep leftovers of earlier doctor runs before the canary.
@@ -203,6 +219,9 @@ def main():
         job_network_pool=dict(type='str', default=_jobnet.DEFAULT_POOL),
         job_network_prefix=dict(type='int', default=_jobnet.DEFAULT_PREFIX),
         sweep=dict(type='bool', default=True),
+        firewall=dict(type='bool', default=True),
+        firewall_chain_prefix=dict(type='str', default='PI-EGRESS'),
+        firewall_probe=dict(type='bool', default=True),
     )
     argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
@@ -234,6 +253,7 @@ def main():
                             job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'])
     if not p['sweep']:
         doctor.sweep = lambda alive=None: []
+    doctor.firewall = dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe'])
     try:
         lines = doctor.run()
     except dc.EngineError as exc:
