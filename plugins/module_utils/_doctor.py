@@ -1033,8 +1033,8 @@ def guard_line(proxy, running_rules, running_guard, mounts_guard, gateways=None,
         pool_net = _guard.ipaddress.ip_network(pool, strict=False) if pool else None
     except ValueError:
         pool_net = None
-    if pool_net is None or not all(_guard.covers(nets, a) for a in (pool_net.network_address,
-                                                                      pool_net.broadcast_address)):
+    ends = (pool_net.network_address, pool_net.broadcast_address) if pool_net is not None else ()
+    if pool_net is None or not all(_guard.covers(nets, a) for a in ends):
         gaps.append('the job-network pool %s' % (pool or '(not named)'))
     for address, network in sorted((gateways or {}).items()):
         if not _guard.covers(nets, address):

@@ -44,12 +44,15 @@ attributes:
     support: partial
     description:
       - Not side-effect free, so declared partial. In check mode the canary still creates its own
-        throwaway networks (C(pi-egress-doctor-<pid>-net) and the isolation peers' job networks),
+        throwaway networks (C(pi-dispatch-egress-doctor-<pid>) and the isolation peers' job networks),
         attaches the proxy to them, runs its probe containers and an image's C(apt-get update) probe,
         sends the probes' requests through the proxy (each adds an access-log line), and removes all
         of it before it returns; the report is what check mode asks for. It never changes the
         deployment folder, the rules or the proxy's settings.
       - The sweep of an EARLIER run's leftovers is only reported (C(would be removed)), never done.
+    details:
+      - In check mode the probes still run (throwaway networks and containers are created and removed);
+        only the sweep of an earlier run's leftovers is skipped and reported.
   diff_mode:
     support: none
     description: Nothing persistent is changed, so there is nothing to diff.

@@ -31,6 +31,36 @@ from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
 
+# A tunnel held open by a client across a reload: argv = proxy, host, port, file prefix. It writes
+# <prefix>-open (the CONNECT status line), waits (at most 120 s) for <prefix>-go, then sends a GET
+# through the tunnel and writes the answer to <prefix>-result.
+TUNNEL_SCRIPT = r'''
+import os, socket, ssl, sys, time
+proxy, host, port, prefix = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+target = ("%s:%s" % (host, port)).encode()
+s = socket.create_connection((proxy, 3128), timeout=90)
+s.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    chunk = s.recv(1)
+    if not chunk:
+        break
+    head += chunk
+open(prefix + "-open", "w").write(head.split(b"\r\n")[0].decode())
+t = ssl._create_unverified_context().wrap_socket(s, server_hostname=host)
+deadline = time.time() + 120
+while not os.path.exists(prefix + "-go") and time.time() < deadline:
+    time.sleep(0.1)
+t.sendall(b"GET /v1/messages HTTP/1.0\r\nHost: " + host.encode() + b"\r\n\r\n")
+data = b""
+while True:
+    chunk = t.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+open(prefix + "-result", "w").write(data.decode("utf-8", "replace"))
+'''
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUFFIX = os.environ.get('PI_EGRESS_IT_SUFFIX', '-it')
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'

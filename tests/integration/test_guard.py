@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import EgressEnv, SUFFIX, TOOLS_IMAGE, run_playbook, _remove_container, _remove_network
+from conftest import TUNNEL_SCRIPT, EgressEnv, SUFFIX, TOOLS_IMAGE, run_playbook, _remove_container, _remove_network
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
 
@@ -33,32 +33,6 @@ CLIENT = 'pi-egress-guard-client' + SUFFIX
 LAN_ADDRESS = '192.168.77.10'   # private, outside egress_private_destinations; never connected to
 LABEL = {'io.pi-dispatch.egress.test': 'guard'}
 
-TUNNEL_SCRIPT = r'''
-import os, socket, ssl, sys, time
-proxy, host, port = sys.argv[1], sys.argv[2], sys.argv[3]
-target = ("%s:%s" % (host, port)).encode()
-s = socket.create_connection((proxy, 3128), timeout=90)
-s.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
-head = b""
-while b"\r\n\r\n" not in head:
-    chunk = s.recv(1)
-    if not chunk:
-        break
-    head += chunk
-open("/tmp/g-tunnel-open", "w").write(head.split(b"\r\n")[0].decode())
-t = ssl._create_unverified_context().wrap_socket(s, server_hostname=host)
-deadline = time.time() + 120
-while not os.path.exists("/tmp/g-tunnel-go") and time.time() < deadline:
-    time.sleep(0.1)
-t.sendall(b"GET /v1/messages HTTP/1.0\r\nHost: " + host.encode() + b"\r\n\r\n")
-data = b""
-while True:
-    chunk = t.recv(4096)
-    if not chunk:
-        break
-    data += chunk
-open("/tmp/g-tunnel-result", "w").write(data.decode("utf-8", "replace"))
-'''
 
 
 def _gateway(client, name):
@@ -252,7 +226,8 @@ def test_a_reload_of_new_private_ranges_keeps_open_tunnels(world):
     started = world.inspect()['State']['StartedAt']
     container = world.client.containers.get(CLIENT)
     container.exec_run(['rm', '-f', '/tmp/g-tunnel-open', '/tmp/g-tunnel-go', '/tmp/g-tunnel-result'])
-    container.exec_run(['python3', '-c', TUNNEL_SCRIPT, PROXY, 'api.provider.test', '443'], detach=True)
+    container.exec_run(['python3', '-c', TUNNEL_SCRIPT, PROXY, 'api.provider.test', '443', '/tmp/g-tunnel'],
+                       detach=True)
     assert '200' in _wait_file(world, '/tmp/g-tunnel-open')
     # 198.18.0.0/15 (benchmarking) is opened in addition: nothing resolves there, no traffic goes there.
     reconfigures = world.client.api.logs(PROXY).decode('utf-8', 'replace').count('Reconfiguring Squid Cache')

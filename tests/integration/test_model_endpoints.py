@@ -11,37 +11,12 @@ import time
 
 import pytest
 
-from conftest import run_playbook
+from conftest import TUNNEL_SCRIPT, run_playbook
 
 pytestmark = pytest.mark.integration
 
 ENDPOINT = {'id': 'fake-models', 'host': 'models.test', 'port': 8443, 'slots': 1, 'keyless': True}
 
-TUNNEL_SCRIPT = r'''
-import os, socket, ssl, sys, time
-proxy, host, port = sys.argv[1], sys.argv[2], sys.argv[3]
-target = ("%s:%s" % (host, port)).encode()
-s = socket.create_connection((proxy, 3128), timeout=90)
-s.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
-head = b""
-while b"\r\n\r\n" not in head:
-    chunk = s.recv(1)
-    if not chunk:
-        break
-    head += chunk
-open("/tmp/h4-tunnel-open", "w").write(head.split(b"\r\n")[0].decode())
-t = ssl._create_unverified_context().wrap_socket(s, server_hostname=host)
-while not os.path.exists("/tmp/h4-tunnel-go"):
-    time.sleep(0.1)
-t.sendall(b"GET /v1/messages HTTP/1.0\r\nHost: " + host.encode() + b"\r\n\r\n")
-data = b""
-while True:
-    chunk = t.recv(4096)
-    if not chunk:
-        break
-    data += chunk
-open("/tmp/h4-tunnel-result", "w").write(data.decode("utf-8", "replace"))
-'''
 
 
 def _endpoints(env, endpoints, check=False):
@@ -93,7 +68,8 @@ def test_declare_render_reload_keeps_jobs(declared):
     assert (warm['connect'], warm['code']) == (200, 401), warm['raw']
     env.exec_client(['rm', '-f', '/tmp/h4-tunnel-open', '/tmp/h4-tunnel-go', '/tmp/h4-tunnel-result'])
     container = env.client.containers.get(env.client_container)
-    container.exec_run(['python3', '-c', TUNNEL_SCRIPT, env.proxy, 'api.provider.test', '443'], detach=True)
+    container.exec_run(['python3', '-c', TUNNEL_SCRIPT, env.proxy, 'api.provider.test', '443', '/tmp/h4-tunnel'],
+                       detach=True)
     assert '200' in _wait_file(env, '/tmp/h4-tunnel-open')
 
     # Check mode + diff: shows the include and the reload, changes nothing.

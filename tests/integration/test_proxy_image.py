@@ -51,8 +51,21 @@ def _rm_image(client, name):
 
 
 def _in_image(client, argv):
-    out = client.containers.run(IMAGE, argv, remove=True, network_mode='none', entrypoint=[])
-    return out.decode('utf-8', 'replace')
+    # The daemon copies a short-lived container's output to its log asynchronously: the log can still be
+    # empty when wait() returns, so read it again a few times (bounded) before taking an empty answer.
+    container = client.containers.create(IMAGE, argv, network_mode='none', entrypoint=[])
+    try:
+        container.start()
+        container.wait(timeout=60)
+        out = b''
+        for _attempt in range(10):
+            out = container.logs(stdout=True, stderr=False)
+            if out:
+                break
+            time.sleep(0.2)
+        return out.decode('utf-8', 'replace')
+    finally:
+        container.remove(force=True)
 
 
 @pytest.fixture(scope='module')

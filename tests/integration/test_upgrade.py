@@ -169,7 +169,7 @@ def world(egress_env, tmp_path_factory):
     assert rc == 0, out[-4000:]
     # The folder's rules are the packaged copy; put the pre-#503 rules (the molecule upgrade scenario's
     # fixture, version 1 without its include) in their place, with the 8080 difference. That deployment
-    # had no destination guard include either.
+    # had neither the model-endpoints declaration and include nor the destination guard include.
     w.packaged = w.read_rules()
     assert INCLUDE in w.packaged and GUARD in w.packaged
     with open(OLD_RULES) as handle:
@@ -178,7 +178,8 @@ def world(egress_env, tmp_path_factory):
     w.old_rules = old.replace(ANCHOR, OLD_EXTRA + ANCHOR, 1)
     with open(w.rules, 'w') as handle:
         handle.write(w.old_rules)
-    os.unlink(os.path.join(w.deploy_dir, 'egress-guard.conf'))
+    for name in ('egress-guard.conf', 'model-endpoints.json', 'model-endpoints.conf'):
+        os.unlink(os.path.join(w.deploy_dir, name))
     book = os.path.join(w.root, 'old-proxy.yml')
     with open(book, 'w') as handle:
         handle.write(OLD_PROXY_PLAYBOOK)
@@ -261,7 +262,8 @@ def test_upgrade_refreshes_and_replaces_the_two_mount_proxy(world):
     assert world.read_rules() == world.packaged
     assert world.mounts() == ['/etc/pi-dispatch/egress-allowlist.conf', '/etc/pi-dispatch/egress-guard.conf',
                               '/etc/pi-dispatch/model-endpoints.conf', '/etc/squid/squid.conf']
-    assert os.path.isfile(os.path.join(world.deploy_dir, 'egress-guard.conf'))  # the upgrade added it
+    for name in ('egress-guard.conf', 'model-endpoints.json', 'model-endpoints.conf'):
+        assert os.path.isfile(os.path.join(world.deploy_dir, name)), name  # the upgrade added it (create-only)
     world.wait_healthy()
     assert world.inspect()['State']['Running'] is True
     # the new rules are in force: 8080 is refused by squid, port 80 still passes

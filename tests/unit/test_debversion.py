@@ -31,11 +31,10 @@ TABLE = [
 ]
 
 
-@pytest.mark.parametrize('a, b, sign', TABLE)
-def test_compare(a, b, sign):
-    assert _debversion.compare(a, b) == sign
-    swapped = (b, a)
-    assert _debversion.compare(*swapped) == -sign
+@pytest.mark.parametrize('older, newer, sign', TABLE)
+def test_compare(older, newer, sign):
+    assert _debversion.compare(older, newer) == sign
+    assert _debversion.compare(newer, older) == -sign
 
 
 @pytest.mark.parametrize('bad', ['', 'a:1.0', '1.0 2', None, ':1', '1.0-'])
