@@ -34,7 +34,6 @@ LAN_ADDRESS = '192.168.77.10'   # private, outside egress_private_destinations; 
 LABEL = {'io.pi-dispatch.egress.test': 'guard'}
 
 
-
 def _gateway(client, name):
     import ipaddress
     net = client.networks.get(name)

@@ -18,7 +18,6 @@ pytestmark = pytest.mark.integration
 ENDPOINT = {'id': 'fake-models', 'host': 'models.test', 'port': 8443, 'slots': 1, 'keyless': True}
 
 
-
 def _endpoints(env, endpoints, check=False):
     extra = {'egress_deploy_dir': env.deploy_dir, 'egress_proxy_name': env.proxy,
              'egress_model_endpoints': endpoints}
