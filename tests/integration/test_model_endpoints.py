@@ -126,3 +126,37 @@ def test_invalid_declaration_changes_nothing(declared):
     assert 'endpoint 0 (id \\"fake-models\\")' in out or 'endpoint 0 (id "fake-models")' in out, out[-4000:]
     assert '127.0.0.1' in out
     assert (open(include).read(), open(declaration).read()) == before
+
+
+def test_an_address_endpoint_opens_its_port_to_that_address_only(declared):
+    """Issue 17.1: an endpoint declared by address is matched with ``dst -n``, port first.
+
+    With ``dst <ip>`` squid resolved the requested name and let it through when any
+    of its addresses was the endpoint's, so every name pointing there (listed or not)
+    got a tunnel on that port. models.test and denied.test both resolve to the fake
+    upstream's address here.
+    """
+    env = declared
+    address = env.fake_ip()
+    rc, out, _recap = _endpoints(env, [dict(ENDPOINT, id='fake-models-address', host=address)])
+    assert rc == 0, out[-4000:]
+    ok = env.curl(['https://%s:8443/v1/models' % address])
+    assert (ok['connect'], ok['code']) == (200, 200), ok['raw']
+    for name in ('models.test', 'denied.test'):
+        r = env.curl(['https://%s:8443/v1/models' % name])
+        assert r['connect'] == 403, (name, r['raw'])
+        assert 'X-Fake-Upstream' not in r['raw'], (name, r['raw'])
+
+
+def test_an_endpoint_on_port_80_of_a_listed_host_only_adds_a_tunnel(declared):
+    """Issue 17.2: declaring plain.test:80 must not take plain HTTP to plain.test away."""
+    env = declared
+    rc, out, _recap = _endpoints(env, [dict(ENDPOINT, id='plain-models', host='plain.test', port=80)])
+    assert rc == 0, out[-4000:]
+    plain = env.curl(['http://plain.test/'])
+    assert plain['rc'] == 0, plain['raw']
+    assert plain['code'] == 401 and 'X-Fake-Upstream: http:80' in plain['headers'], plain['raw']
+    tunnel = env.curl(['--proxytunnel', 'http://plain.test/'])
+    assert (tunnel['connect'], tunnel['code']) == (200, 401), tunnel['raw']
+    other = env.curl(['http://plain.test:8080/'])
+    assert other['code'] == 403 and _denied_by_squid(other), other['raw']
