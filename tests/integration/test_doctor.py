@@ -221,7 +221,7 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
 
 
 def _import_doctor():
-    """_doctor from this checkout (the way tests/unit/conftest.py exposes the collection)."""
+    """_doctor from this checkout (the way tests/conftest.py exposes the collection)."""
     import sys
     import tempfile
     parts = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).split(os.sep)

@@ -119,7 +119,7 @@ def test_choose_security_mirror(option, sources, want):
 
 def test_default_security_mirror_is_documented():
     import os
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     with open(os.path.join(root, 'roles', 'proxy', 'defaults', 'main.yml')) as handle:
         assert 'egress_proxy_security_mirror: %s' % _image.DEFAULT_SECURITY_MIRROR in handle.read()
     with open(os.path.join(root, 'docs', 'proxy.md')) as handle:
@@ -131,7 +131,7 @@ def test_security_buildargs_and_the_containerfile_uses_them():
         'SECURITY_MIRROR': 'http://s.example/debian-security', 'SECURITY_SUITE': 'trixie-security'}
     assert _image.security_buildargs(None, 'trixie') == {'SECURITY_MIRROR': '', 'SECURITY_SUITE': ''}
     import os
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     with open(os.path.join(root, 'roles', 'proxy', 'files', 'Containerfile')) as handle:
         proxy = handle.read()
     with open(os.path.join(root, 'tests', 'images', 'tools', 'Containerfile')) as handle:

@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 OWN = 4242
 
 
