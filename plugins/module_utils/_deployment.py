@@ -17,9 +17,9 @@ __metaclass__ = type
 import json
 import os
 import stat
-import tempfile
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
 ALLOWLIST = 'egress-allowlist.conf'
@@ -33,6 +33,8 @@ DEFAULT_ALLOWLIST = [
     dict(host='.github.com', comment='your forge: the push and the pull request'),
     dict(host='registry.npmjs.org', comment="only when a job installs the serviced repo's own dependencies"),
 ]
+
+DEFAULT_DEPLOY_DIR = '/opt/pi-dispatch/egress'
 
 EMPTY_DECLARATION = json.dumps({'version': 1, 'endpoints': []}, indent=2) + '\n'
 
@@ -76,6 +78,52 @@ def paths(deploy_dir):
     )
 
 
+def check_deploy_dir(deploy_dir, key='deploy_dir'):
+    """The one validation of a deployment folder option: absolute, normalised. Returns the normal form.
+
+    Raises DeploymentError naming ``key`` (the module option or role variable) and the fix.
+    """
+    if not deploy_dir or not os.path.isabs(deploy_dir):
+        raise DeploymentError('%s %r is not an absolute path; give the full path.' % (key, deploy_dir))
+    return os.path.normpath(deploy_dir)
+
+
+class Layout(object):
+    """The deployment folder, validated and normalised once, with every path of the layout.
+
+    Attributes: ``deploy_dir`` and each key of :func:`paths` (``allowlist``, ``rules``,
+    ``endpoints_json``, ``endpoints_conf``, ``guard_conf``); ``paths`` is the dict itself, which
+    is what modules return and the proxy role mounts.
+    """
+
+    def __init__(self, deploy_dir, key='deploy_dir'):
+        self.deploy_dir = check_deploy_dir(deploy_dir, key)
+        self.paths = paths(self.deploy_dir)
+        for name, path in self.paths.items():
+            setattr(self, name, path)
+
+    @property
+    def rules_dir(self):
+        return os.path.dirname(self.paths['rules'])
+
+    def check_folders(self):
+        """Refuse a symlinked deployment folder or rules folder (nothing is followed)."""
+        refuse_symlinked_path(self.deploy_dir, 'deploy_dir')
+        refuse_symlinked_path(self.rules_dir, 'The rules folder')
+
+    def apply(self, allowlist_entries=None, check_mode=False):
+        """Lay the folder out create-only (see :func:`apply`)."""
+        return apply(self.deploy_dir, allowlist_entries, check_mode=check_mode)
+
+
+def module_layout(module, key='deploy_dir', result=None):
+    """Layout of ``module.params[key]``, or the module fails naming the option and the fix (nothing changed)."""
+    try:
+        return Layout(module.params[key], key)
+    except DeploymentError as exc:
+        module.fail_json(msg='%s Nothing was changed.' % exc, **(result or {}))
+
+
 def refuse_symlinked_path(path, what):
     """Refuse ``path`` when it, or any existing parent, is a symlink we did not expect.
 
@@ -107,9 +155,7 @@ def plan(deploy_dir, allowlist_entries=None):
 
     Raises DeploymentError (and nothing has been written) on any refusal.
     """
-    if not os.path.isabs(deploy_dir):
-        raise DeploymentError('deploy_dir %r is not an absolute path; give the full path.' % deploy_dir)
-    deploy_dir = os.path.normpath(deploy_dir)
+    deploy_dir = check_deploy_dir(deploy_dir)
     dirs = []
     if not check_existing(deploy_dir, 'deploy_dir', True):
         dirs.append(deploy_dir)
@@ -121,27 +167,6 @@ def plan(deploy_dir, allowlist_entries=None):
         path = os.path.join(deploy_dir, rel)
         files.append((path, content, check_existing(path, 'Deployment file', False)))
     return dirs, files
-
-
-def create_exclusive(path, content, mode=0o644):
-    """Create ``path`` with ``content`` unless it exists. True when created."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        try:
-            os.link(tmp, path)
-        except OSError as exc:
-            if os.path.lexists(path):
-                return False
-            raise DeploymentError('Creating %s failed: %s' % (path, exc))
-        return True
-    finally:
-        os.unlink(tmp)
 
 
 def apply(deploy_dir, allowlist_entries=None, check_mode=False, dir_mode=0o755, file_mode=0o644):
@@ -162,7 +187,11 @@ def apply(deploy_dir, allowlist_entries=None, check_mode=False, dir_mode=0o755, 
                                       'exists and is writable, or choose another deploy_dir.' % (directory, exc))
         actually_created = []
         for path, content, exists in files:
-            if not exists and create_exclusive(path, content, file_mode):
+            try:
+                made = not exists and _files.create_exclusive(path, content, file_mode)
+            except _files.WriteError as exc:
+                raise DeploymentError(str(exc))
+            if made:
                 actually_created.append(path)
             elif not exists:
                 kept.append(path)

@@ -35,9 +35,9 @@ import difflib
 import errno
 import os
 import stat
-import tempfile
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
 BACKUP_INFIX = '.bak-'
@@ -93,9 +93,10 @@ def check_target(deploy_dir):
 
     Returns the rules path. Raises RefreshError; nothing is written either way.
     """
-    if not os.path.isabs(deploy_dir):
-        raise RefreshError('deploy_dir %r is not an absolute path; give the full path.' % deploy_dir)
-    path = rules_path(deploy_dir)
+    try:
+        path = _deployment.Layout(deploy_dir).rules
+    except _deployment.DeploymentError as exc:
+        raise RefreshError(str(exc))
     folder = os.path.dirname(path)
     for candidate, what in ((folder, 'The rules folder'), (path, 'The rules file')):
         try:
@@ -147,26 +148,6 @@ def compare(deploy_dir, packaged=None, packaged_name=PACKAGED_NAME):
 
 
 # --- writing ---------------------------------------------------------------------
-def _fsync_dir(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _keep_owner(fd, st):
-    try:
-        os.fchown(fd, st.st_uid, st.st_gid)
-    except OSError:  # not root: the file stays ours, which is who wrote the original anyway
-        pass
-
-
 def _create_backup(path, now=None):
     """Copy ``path`` to a fresh backup (exclusive create). Returns the backup path."""
     st = os.lstat(path)
@@ -182,33 +163,10 @@ def _create_backup(path, now=None):
         with os.fdopen(fd, 'w') as handle:
             handle.write(data)
             handle.flush()
-            _keep_owner(handle.fileno(), st)
+            _files.keep_owner(handle.fileno(), st)
             os.fsync(handle.fileno())
         return name
     raise RefreshError('Could not find a free backup name beside %s; nothing was changed.' % path)
-
-
-def write_atomic(path, content, like=None):
-    """Write ``content`` to a temporary file beside ``path``, fsync, rename into place."""
-    st = os.lstat(like or path) if os.path.lexists(like or path) else None
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-            handle.flush()
-            if st is not None:
-                os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))
-                _keep_owner(handle.fileno(), st)
-            else:
-                os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-        os.rename(tmp, path)
-        tmp = None
-        _fsync_dir(directory)
-    finally:
-        if tmp is not None and os.path.lexists(tmp):
-            os.unlink(tmp)
 
 
 def plan_refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
@@ -231,7 +189,7 @@ def refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
     path = result['path']
     backup = _create_backup(path, now)
     try:
-        write_atomic(path, result['packaged'])
+        _files.write_atomic(path, result['packaged'])
     except OSError as exc:
         raise RefreshError('Writing the packaged rules into %s failed: %s. The file is unchanged; the backup '
                            '%s holds the same content.' % (path, exc, backup))
@@ -254,7 +212,7 @@ def restore(deploy_dir, backup, check_mode=False):
     changed = _rules.digest(old) != _rules.digest(current)
     if changed and not check_mode:
         try:
-            write_atomic(path, old, like=path)
+            _files.write_atomic(path, old, like=path)
         except OSError as exc:
             raise RefreshError('Restoring %s from %s failed: %s' % (path, backup, exc))
     return dict(path=path, backup=backup, changed=changed,

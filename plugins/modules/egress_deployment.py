@@ -117,6 +117,10 @@ paths:
       description: The rendered model endpoints include.
       type: str
       returned: always
+    guard_conf:
+      description: The destination guard include.
+      type: str
+      returned: always
 '''
 
 import traceback

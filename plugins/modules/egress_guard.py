@@ -113,6 +113,12 @@ reloaded:
   description: squid was (or, in check mode, would be) reconfigured.
   returned: always
   type: bool
+loaded:
+  description:
+    - What squid read at the reload (the reload path's record), from the reload path shared by every writer of a file
+      squid reads. C(parsed) and C(reconfigured) are the steps done; C(files) maps each source file to its sha256.
+  returned: when the proxy was reloaded
+  type: dict
 actions:
   description: What was done (or would be done), in order.
   returned: always
@@ -120,15 +126,14 @@ actions:
   elements: str
 '''
 
-import os
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _inplace
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
 
 
 def main():
@@ -140,20 +145,18 @@ def main():
         client_max_connections=dict(type='int', default=_guard.DEFAULT_CLIENT_MAX_CONNECTIONS),
         reload=dict(type='bool', default=True),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if dc.docker is None:
-        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
-    include = _deployment.paths(os.path.normpath(p['deploy_dir']))['guard_conf']
+    deploy_paths = _deployment.module_layout(module).paths
+    include = deploy_paths['guard_conf']
     result = dict(changed=False, include=include, opened=[], gateways=[], host_gateway=None, kept_inside=[],
                   denied=[], reloaded=False, actions=[])
+    client = dc.module_client(module, result, suffix='Nothing was written.')
     try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
         container = dc.get_container(client, p['proxy_name'])
         gateways, host_gateway = _proxy.gateways(client, container)
     except dc.EngineError as exc:
-        module.fail_json(msg='%s Nothing was written.' % exc, retryable=exc.retryable, **result)
+        dc.fail(module, exc, result, suffix='Nothing was written.')
     try:
         host_gateway = str(_guard.ipaddress.ip_address(host_gateway)) if host_gateway else None
     except ValueError:
@@ -170,9 +173,9 @@ def main():
     result.update(opened=[str(n) for n in opened], kept_inside=_guard.kept_inside(opened, gateways, host_gateway),
                   denied=[str(n) for n in _guard.denied(opened, p['job_pool'], gateways, host_gateway)])
     try:
-        _inplace.check_target(include)
-        current = _inplace.read(include)
-    except _inplace.InPlaceError as exc:
+        _files.check_target(include)
+        current = _files.read(include)
+    except _files.InPlaceError as exc:
         module.fail_json(msg='%s Lay out the deployment folder first (pi_dispatch.egress.egress_deployment adds '
                              'the missing file).' % exc, **result)
     changed = current != text.encode('utf-8')
@@ -188,14 +191,14 @@ def main():
             result['reloaded'] = True
     if changed and not module.check_mode:
         try:
-            _inplace.write_in_place(include, text, fallback=current)
-        except _inplace.InPlaceError as exc:
+            _files.write_in_place(include, text, fallback=current)
+        except _files.InPlaceError as exc:
             module.fail_json(msg=str(exc), **result)
         if result['reloaded']:
             try:
-                _proxy.reconfigure(container)
-            except _proxy.ParseRefused as exc:
-                _inplace.write_in_place(include, current, fallback=current)
+                result['loaded'] = _reload.reload(container, deploy_paths)
+            except _reload.ParseRefused as exc:
+                _files.write_in_place(include, current, fallback=current)
                 result['reloaded'] = False
                 module.fail_json(msg='%s The previous %s was written back.' % (exc, include), **result)
             except (_proxy.ProxyError, dc.EngineError) as exc:

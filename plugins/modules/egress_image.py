@@ -149,7 +149,7 @@ build_hash:
   type: str
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _image
@@ -168,10 +168,7 @@ def main():
         security_mirror=dict(type='str'),
         refresh=dict(type='bool', default=False),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if dc.docker is None:
-        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
     files = dict((str(k), str(v)) for k, v in p['files'].items())
     result = dict(changed=False, base_built=False, id=None, build_hash=None, refreshed=False)
@@ -184,8 +181,8 @@ def main():
             module.warn('The proxy image %s gets no Debian security suite (security_mirror is empty, role '
                         'variable egress_proxy_security_mirror): it takes no security updates. Set it to a '
                         'security archive the build can reach, e.g. %s.' % (p['name'], _image.DEFAULT_SECURITY_MIRROR))
+    client = dc.module_client(module, result)
     try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
         base = dc.get_image(client, p['base_image'])
         if base is None:
             if p['base_build'] != 'debootstrap':

@@ -229,12 +229,12 @@ container:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
 
 
 def main():
@@ -257,11 +257,8 @@ def main():
         log_max_size=dict(type='str', default=_proxy.DEFAULT_LIMITS['log_max_size']),
         log_max_file=dict(type='int', default=_proxy.DEFAULT_LIMITS['log_max_file']),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
-    if dc.docker is None:
-        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
     p = module.params
     for entry in p['extra_hosts']:
         if ':' not in entry or entry.startswith(':') or entry.endswith(':'):
@@ -269,7 +266,7 @@ def main():
     if p['health_interval'] < 1 or p['wait_timeout'] < 1:
         module.fail_json(msg='health_interval and wait_timeout must be at least 1 second')
 
-    deploy_paths = _deployment.paths(p['deploy_dir']) if p['deploy_dir'] else None
+    deploy_paths = _deployment.module_layout(module).paths if p['deploy_dir'] else None
     limits = dict(memory=p['memory'], pids=p['pids_limit'], nofile=p['nofile'], log_max_size=p['log_max_size'],
                   log_max_file=p['log_max_file'])
     try:
@@ -283,10 +280,7 @@ def main():
     except _proxy.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 
-    try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
-    except dc.EngineError as exc:
-        module.fail_json(msg=str(exc), retryable=exc.retryable)
+    client = dc.module_client(module)
 
     manager = _proxy.ProxyManager(client, spec, check_mode=module.check_mode)
     result = dict(changed=False, actions=manager.actions, differences=[], messages=manager.messages, container={},
@@ -312,14 +306,13 @@ def main():
                                      '(pi_dispatch.egress.egress_deployment or playbooks/site.yml), which adds '
                                      'what is missing and changes nothing else.' % ', '.join(missing), **result)
             if p['state'] not in ('stopped',):
-                # squid reads the allowlist at every start and reconfigure: never one nobody validated.
-                with open(deploy_paths['allowlist'], 'r') as handle:
-                    parsed = _allowlist.parse(handle.read(), deploy_paths['allowlist'])
-                if parsed.errors:
-                    module.fail_json(msg='The allowlist is refused, so the proxy was not started or reloaded on '
-                                         'it (squid keeps its last good file):\n%s'
-                                         % '\n'.join('  - %s' % e for e in parsed.errors),
-                                     problems=[e.as_dict() for e in parsed.errors], **result)
+                # squid reads the allowlist and the includes at every start and reconfigure: never ones
+                # nobody validated (the reload path's own check, before any action).
+                try:
+                    _reload.check_sources(deploy_paths, includes=('endpoints_conf', 'guard_conf')
+                                          if p['mount_endpoints'] else ())
+                except _reload.SourcesRefused as exc:
+                    module.fail_json(msg=str(exc), problems=exc.problems, **result)
             image_id = manager.image_id()
             if image_id is None:
                 module.fail_json(msg='Image %s is not on this daemon. Build it with the proxy role '
@@ -358,7 +351,8 @@ def main():
         if refusal:
             result['refused'] = True
             if module._diff and diffs:
-                result['diff'] = dict(before='\n'.join(diffs) + '\n', after='(refused: %s)\n' % refusal)
+                result['diff'] = _proxy.shape_diff(spec, obs, image_id)
+                result['diff']['after_header'] = '%s (wanted; refused: %s)' % (p['name'], refusal)
             module.fail_json(msg='%s What differs: %s' % (refusal, '; '.join(diffs) or 'nothing (%s asked)'
                                                           % p['state']), **result)
         if p['state'] != 'absent':
@@ -366,8 +360,8 @@ def main():
         old_networks = _proxy.reattach_networks(obs, p['network']) if obs else []
         container = manager.apply(actions, container, old_networks)
         result['changed'] = bool(manager.actions)
-        if module._diff and diffs:
-            result['diff'] = dict(before='\n'.join(diffs) + '\n', after='(recreated in the wanted shape)\n')
+        if module._diff and (diffs or (obs is None and 'create' in actions)):
+            result['diff'] = _proxy.shape_diff(spec, obs, image_id)
         if container is not None and not module.check_mode:
             started = set(actions) & set(['create', 'start', 'restart', 'unpause', 'reconfigure'])
             if p['wait'] and started and p['state'] not in ('stopped',):

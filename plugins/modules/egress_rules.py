@@ -160,17 +160,17 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _refresh
 
 
 def _decision(module, p, compared):
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+    client = dc.module_client(module)
     try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
         container = dc.get_container(client, p['proxy_name'])
     except dc.EngineError as exc:
-        module.fail_json(msg=str(exc), retryable=exc.retryable)
+        dc.fail(module, exc)
     obs = _proxy.observed(container.attrs) if container else None
     if obs and not _proxy.is_ours(obs):
         module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy; nothing was '
@@ -186,7 +186,7 @@ def _decision(module, p, compared):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
+        argument_spec=dc.argument_spec(dict(
             deploy_dir=dict(type='path', required=True),
             refresh=dict(type='bool', default=False),
             source=dict(type='path'),
@@ -194,9 +194,7 @@ def main():
             proxy_name=dict(type='str'),
             allow_cut_jobs=dict(type='bool', default=False),
             allow_replace=dict(type='bool', default=False),
-            docker_host=dict(type='str', default=None, aliases=['docker_url']),
-            docker_timeout=dict(type='int', default=60),
-        ),
+        )),
         mutually_exclusive=[('refresh', 'restore_from')],
         supports_check_mode=True,
     )

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist, _deployment, _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist, _deployment, _files, _rules
 
 FILES = ['egress-allowlist.conf', 'deploy/egress-proxy.conf', 'model-endpoints.json', 'model-endpoints.conf',
          'egress-guard.conf']
@@ -143,8 +143,8 @@ def test_relative_deploy_dir_is_refused(tmp_path):
 
 def test_create_exclusive_never_overwrites(tmp_path):
     path = str(tmp_path / 'f')
-    assert _deployment.create_exclusive(path, 'one\n') is True
-    assert _deployment.create_exclusive(path, 'two\n') is False
+    assert _files.create_exclusive(path, 'one\n') is True
+    assert _files.create_exclusive(path, 'two\n') is False
     assert open(path).read() == 'one\n'
     assert os.listdir(str(tmp_path)) == ['f']
 
@@ -160,3 +160,72 @@ def test_missing_parents_are_created(tmp_path):
     root = str(tmp_path / 'opt' / 'pi-dispatch' / 'egress')
     result = _deployment.apply(root)
     assert len(result['created']) == 5 and os.path.isdir(os.path.join(root, 'deploy'))
+
+
+@pytest.mark.parametrize('given, wanted', [
+    ('/opt/pi-dispatch/egress', '/opt/pi-dispatch/egress'),
+    ('/opt/pi-dispatch/egress/', '/opt/pi-dispatch/egress'),
+    ('/opt//pi-dispatch/./egress', '/opt/pi-dispatch/egress'),
+    ('/opt/pi-dispatch/x/../egress', '/opt/pi-dispatch/egress'),
+    ('relative/egress', None),
+    ('./egress', None),
+    ('~/egress', None),
+    ('', None),
+    (None, None),
+])
+def test_one_validation_of_deploy_dir(given, wanted):
+    if wanted is None:
+        with pytest.raises(_deployment.DeploymentError) as caught:
+            _deployment.Layout(given, key='egress_deploy_dir')
+        assert 'egress_deploy_dir %r is not an absolute path; give the full path.' % (given,) == str(caught.value)
+    else:
+        layout = _deployment.Layout(given)
+        assert layout.deploy_dir == wanted
+        assert layout.paths == _deployment.paths(wanted)
+        assert layout.guard_conf == os.path.join(wanted, 'egress-guard.conf')
+        assert layout.rules_dir == os.path.join(wanted, 'deploy')
+
+
+def test_no_module_spells_the_default_folder_itself():
+    """The default lives in _deployment.DEFAULT_DEPLOY_DIR only: argument specs refer to it."""
+    import glob
+    import re
+    modules = os.path.join(os.path.dirname(_deployment.__file__), '..', 'modules', '*.py')
+    offenders = []
+    for path in sorted(glob.glob(modules)):
+        with open(path) as handle:
+            for lineno, line in enumerate(handle, 1):
+                if re.search(r"deploy_dir=dict\(.*default='", line):
+                    offenders.append('%s:%d' % (os.path.basename(path), lineno))
+    assert offenders == []
+    assert _deployment.DEFAULT_DEPLOY_DIR == '/opt/pi-dispatch/egress'
+
+
+def test_layout_refuses_a_symlinked_folder(tmp_path):
+    real = tmp_path / 'real'
+    real.mkdir()
+    link = tmp_path / 'link'
+    link.symlink_to(real)
+    with pytest.raises(_deployment.DeploymentError) as caught:
+        _deployment.Layout(str(link)).check_folders()
+    assert 'is a symlink' in str(caught.value)
+    _deployment.Layout(str(real)).check_folders()
+
+
+class _Module(object):
+    def __init__(self, params):
+        self.params = params
+        self.failed = None
+
+    def fail_json(self, **kwargs):
+        self.failed = kwargs
+        raise SystemExit(1)
+
+
+def test_module_layout_fails_naming_the_option_and_changes_nothing():
+    module = _Module(dict(deploy_dir='egress'))
+    with pytest.raises(SystemExit):
+        _deployment.module_layout(module, result=dict(changed=False))
+    assert module.failed['msg'] == ("deploy_dir 'egress' is not an absolute path; give the full path. "
+                                    "Nothing was changed.")
+    assert module.failed['changed'] is False

@@ -1,5 +1,7 @@
 """Local image building: the host's Debian mirror, version parsing, build hash."""
 
+import os
+
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _image
@@ -34,6 +36,7 @@ MIRRORS = [
                        'deb file:/srv/mirror bookworm main\n')], 'file:/srv/mirror'),
     ([], None),
 ]
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 
 
 @pytest.mark.parametrize('sources, want', MIRRORS)
@@ -119,7 +122,7 @@ def test_choose_security_mirror(option, sources, want):
 
 def test_default_security_mirror_is_documented():
     import os
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    root = ROOT
     with open(os.path.join(root, 'roles', 'proxy', 'defaults', 'main.yml')) as handle:
         assert 'egress_proxy_security_mirror: %s' % _image.DEFAULT_SECURITY_MIRROR in handle.read()
     with open(os.path.join(root, 'docs', 'proxy.md')) as handle:
@@ -131,7 +134,7 @@ def test_security_buildargs_and_the_containerfile_uses_them():
         'SECURITY_MIRROR': 'http://s.example/debian-security', 'SECURITY_SUITE': 'trixie-security'}
     assert _image.security_buildargs(None, 'trixie') == {'SECURITY_MIRROR': '', 'SECURITY_SUITE': ''}
     import os
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    root = ROOT
     with open(os.path.join(root, 'roles', 'proxy', 'files', 'Containerfile')) as handle:
         proxy = handle.read()
     with open(os.path.join(root, 'tests', 'images', 'tools', 'Containerfile')) as handle:

@@ -1,7 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
 # Apache License 2.0 (see LICENSE)
-"""Write a file in place: same inode, never a rename.
+"""The three ways the collection writes a file of the deployment folder, and their guards.
+
+* :func:`create_exclusive`: create-only (the layout): a file that exists always wins.
+* :func:`write_in_place`: same inode, never a rename (the includes squid reads
+  through a single-file bind mount).
+* :func:`write_atomic`: temporary file, fsync, rename (the rules file, which is
+  refreshed only with a backup, and read by a restarted or recreated proxy).
+
+Write in place
+--------------
 
 A file the running proxy reads through a single-file bind mount must keep
 its inode: the mount pins the inode, so a file replaced by rename (what an
@@ -24,9 +33,14 @@ __metaclass__ = type
 import errno
 import os
 import stat
+import tempfile
 
 
-class InPlaceError(Exception):
+class WriteError(Exception):
+    """A write of the deployment folder was refused or failed; the message says what to do."""
+
+
+class InPlaceError(WriteError):
     """The file was refused or the write failed; the message says what to do."""
 
     def __init__(self, message, fallback_written=False):
@@ -146,3 +160,75 @@ def _read_fd(fd):
             break
         chunks.append(chunk)
     return b''.join(chunks)
+
+
+def create_exclusive(path, content, mode=0o644):
+    """Create ``path`` with ``content`` unless it exists. True when created.
+
+    Atomic and exclusive: the content goes to a temporary file beside the target, which is then
+    hard-linked to the target name, so a concurrent writer or an existing file always wins and a
+    reader never sees half a file. Raises WriteError when the link fails for another reason.
+    """
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        try:
+            os.link(tmp, path)
+        except OSError as exc:
+            if os.path.lexists(path):
+                return False
+            raise WriteError('Creating %s failed: %s' % (path, exc))
+        return True
+    finally:
+        os.unlink(tmp)
+
+
+def fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def keep_owner(fd, st):
+    try:
+        os.fchown(fd, st.st_uid, st.st_gid)
+    except OSError:  # not root: the file stays ours, which is who wrote the original anyway
+        pass
+
+
+def write_atomic(path, content, like=None):
+    """Write ``content`` to a temporary file beside ``path``, fsync, rename into place.
+
+    The new file takes the mode and owner of ``like`` (default ``path`` itself) when it exists.
+    """
+    st = os.lstat(like or path) if os.path.lexists(like or path) else None
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(content)
+            handle.flush()
+            if st is not None:
+                os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))
+                keep_owner(handle.fileno(), st)
+            else:
+                os.fchmod(handle.fileno(), 0o644)
+            os.fsync(handle.fileno())
+        os.rename(tmp, path)
+        tmp = None
+        fsync_dir(directory)
+    finally:
+        if tmp is not None and os.path.lexists(tmp):
+            os.unlink(tmp)
