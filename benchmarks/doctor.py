@@ -57,9 +57,10 @@ def main():
     client = dc.connect(None, 60)
     rows = []
     for run in range(1, args.runs + 1):
-        doc = doctor_mod.Doctor(client, args.proxy, args.deploy_dir, args.probe_image, provider_host=args.provider,
-                                deny_host=args.deny, listed_host=args.listed, probe_timeout=args.timeout,
-                                isolation=not args.no_isolation)
+        options = doctor_mod.DoctorOptions(args.proxy, args.deploy_dir, args.probe_image, provider_host=args.provider,
+                                           deny_host=args.deny, listed_host=args.listed, probe_timeout=args.timeout,
+                                           isolation=not args.no_isolation)
+        doc = doctor_mod.Doctor(client, options)
         started = time.monotonic()
         lines = doc.run()
         wall = time.monotonic() - started

@@ -18,7 +18,7 @@
 * **Leftovers** (``firewall.leftover`` / ``firewall.cleanup``): a probe
   network and probe a killed doctor left (its pid dead, the daemon local).
 
-The catalogue rows are in ``_doctor.LINES`` (group ``firewall``);
+The catalogue rows are in ``_doctor_lines.LINES`` (group ``firewall``);
 ``docs/doctor.md`` has one row per id.
 """
 
@@ -34,6 +34,9 @@ import time
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall as fw
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_lines import Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_names import (
+    LABEL, daemon_locality, pid_alive, probe_name)
 
 DEFAULTS = dict(enabled=True, chain_prefix=fw.DEFAULT_PREFIX, probe=True, probe_timeout=3)
 PROBE_NET_RE = re.compile(r'^pi-job-doctor-(\d+)-fw-net$')
@@ -81,7 +84,6 @@ def classify_probe(result, why, hits, installed, target, net, timeout=DEFAULTS['
     chains are on this host. Answered = the listener saw a connection, curl
     got an HTTP code, or the connection was refused (packets reached the host).
     """
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import Line
     if result is None and not hits:
         return Line('firewall.probe_notrun', 'notrun', 'Job network gateway probe did not run (%s)' % why)
     answered = bool(hits) or (result is not None and (result['code'] or result['rc'] == 7))
@@ -111,7 +113,6 @@ def presence_line(states, prefix, families):
     ``states``: family -> (state, details) for the families read;
     ``families``: family -> 'variant' text for the message.
     """
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import Line
     v4 = states.get('ipv4', ('absent', []))
     if all(state == 'absent' for state, _d in states.values()):
         return Line('firewall.off', 'notrun',
@@ -148,11 +149,9 @@ class FirewallDoctor(object):
         self.runner = runner or fw.Runner()
 
     def _line(self, line_id, status, message, fix=None):
-        from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import Line
         return Line(line_id, status, message, fix=fix)
 
     def local(self):
-        from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import daemon_locality
         return daemon_locality(self.doctor.docker_host, self.doctor.environ)[0]
 
     def run(self):
@@ -218,7 +217,6 @@ class FirewallDoctor(object):
 
     # --- the probe -------------------------------------------------------------------------------
     def probe(self, installed):
-        from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probe_name
         doctor = self.doctor
         client = doctor.client
         name = probe_network_name(doctor.pid)
@@ -266,7 +264,6 @@ class FirewallDoctor(object):
     def _create_network(self, name):
         """Create the probe's job network from the pool (a few tries when another creator wins a subnet)."""
         from docker.types import IPAMConfig, IPAMPool
-        from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import LABEL
         doctor = self.doctor
         labels = _jobnet.job_labels(probe_job_id(doctor.pid))
         labels[LABEL] = str(doctor.pid)
@@ -304,7 +301,6 @@ class FirewallDoctor(object):
 
     # --- leftovers of a killed run -----------------------------------------------------------------
     def sweep(self):
-        from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import pid_alive, probe_name
         doctor = self.doctor
         try:
             nets = doctor.client.api.networks(filters={'name': 'pi-job-doctor-'})

@@ -199,8 +199,9 @@ timings:
   type: dict
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
@@ -209,7 +210,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
 def main():
     argument_spec = dict(
         proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
-        deploy_dir=dict(type='path', default='/opt/pi-dispatch/egress'),
+        deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         probe_image=dict(type='str', required=True),
         provider_host=dict(type='str', default=_doctor.DEFAULT_PROVIDER_HOST),
         deny_host=dict(type='str', default=_doctor.DEFAULT_DENY_HOST),
@@ -226,11 +227,9 @@ def main():
         firewall_chain_prefix=dict(type='str', default='PI-EGRESS'),
         firewall_probe=dict(type='bool', default=True),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if dc.docker is None:
-        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
+    deploy_dir = _deployment.module_layout(module).deploy_dir
     for key in ('probe_timeout', 'probe_start_grace', 'endpoint_timeout'):
         if p[key] < 1:
             module.fail_json(msg='%s must be at least 1 second, not %d' % (key, p[key]))
@@ -242,25 +241,20 @@ def main():
         value = p[key]
         if value is not None and (not value or any(ch in value for ch in "/:'\" \t\n")):
             module.fail_json(msg='%s %r is not a host name; give a bare name such as api.anthropic.com' % (key, value))
-    try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
-    except dc.EngineError as exc:
-        module.fail_json(msg=str(exc), retryable=exc.retryable)
+    client = dc.module_client(module)
 
-    doctor = _doctor.Doctor(client, p['proxy_name'], p['deploy_dir'], p['probe_image'],
-                            provider_host=p['provider_host'], deny_host=p['deny_host'],
-                            listed_host=p['listed_host'], probe_timeout=p['probe_timeout'],
-                            start_grace=p['probe_start_grace'], docker_host=p['docker_host'],
-                            check_mode=module.check_mode, endpoint_timeout=p['endpoint_timeout'],
-                            models_json=p['models_json'], isolation=p['isolation'],
-                            job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'])
-    if not p['sweep']:
-        doctor.sweep = lambda alive=None: []
-    doctor.firewall = dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe'])
+    options = _doctor.DoctorOptions(
+        p['proxy_name'], deploy_dir, p['probe_image'], provider_host=p['provider_host'],
+        deny_host=p['deny_host'], listed_host=p['listed_host'], probe_timeout=p['probe_timeout'],
+        start_grace=p['probe_start_grace'], docker_host=p['docker_host'], check_mode=module.check_mode,
+        endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
+        job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
+        firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']))
+    doctor = _doctor.Doctor(client, options)
     try:
         lines = doctor.run()
     except dc.EngineError as exc:
-        module.fail_json(msg=str(exc), actions=doctor.actions)
+        dc.fail(module, exc, dict(actions=doctor.actions))
     would_sweep = module.check_mode and any(line.id == 'leftovers.would_sweep' for line in lines)
     module.exit_json(
         changed=bool(doctor.actions) or would_sweep,

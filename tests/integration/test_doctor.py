@@ -220,8 +220,9 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
     assert not [line for line in lines if line['id'].startswith('canary.') and line['status'] == 'ok']
 
 
-def _import_doctor():
-    """_doctor from this checkout (the way tests/conftest.py exposes the collection)."""
+def _import_doctor(name='_doctor'):
+    """_doctor or a _doctor_* piece from this checkout (the way tests/conftest.py exposes the collection)."""
+    import importlib
     import sys
     import tempfile
     parts = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).split(os.sep)
@@ -234,8 +235,7 @@ def _import_doctor():
         os.symlink(root, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
     if base not in sys.path:
         sys.path.insert(0, base)
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
-    return _doctor
+    return importlib.import_module('ansible_collections.pi_dispatch.egress.plugins.module_utils.' + name)
 
 
 class _StuckAPI(object):
@@ -275,8 +275,8 @@ def test_stuck_probe_keeps_the_network(egress_env):
     client.networks.create(net, driver='bridge', internal=True)
     client.containers.run(egress_env.tools_image, ['sleep', '300'], name=probe, detach=True, network=net)
     try:
-        doc = _doctor.Doctor(_StuckClient(client, probe), egress_env.proxy, egress_env.deploy_dir,
-                             egress_env.tools_image, environ={})
+        doc = _doctor.Doctor(_StuckClient(client, probe), _doctor.DoctorOptions(
+            egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={}))
         lines = [line for line in doc.sweep() if net in line.message]
         assert [(line.id, line.status) for line in lines] == [('leftovers.kept', 'warn')], lines
         assert 'docker rm -f %s' % probe in lines[0].message
@@ -284,9 +284,8 @@ def test_stuck_probe_keeps_the_network(egress_env):
         assert client.api.inspect_container(probe)['State']['Running']
         # Once the probe goes, the next run sweeps the network.
         _rm_container(client, probe)
-        lines = [line for line in _doctor.Doctor(client, egress_env.proxy, egress_env.deploy_dir,
-                                                 egress_env.tools_image, environ={}).sweep()
-                 if net in line.message]
+        options = _doctor.DoctorOptions(egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={})
+        lines = [line for line in _doctor.Doctor(client, options).sweep() if net in line.message]
         assert [line.id for line in lines] == ['leftovers.removed'], lines
         with pytest.raises(docker.errors.NotFound):
             client.api.inspect_network(net)
@@ -354,12 +353,12 @@ def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
 
 def test_killed_isolation_leftovers_are_swept(egress_env, tmp_path):
     """A killed doctor left its two isolation job networks with peers and the proxy on them."""
-    _doctor = _import_doctor()
+    _names = _import_doctor('_doctor_names')
     client = egress_env.client
     dead = subprocess.Popen(['true'])
     dead.wait()
-    nets = [_doctor.isolation_network_name(dead.pid, peer) for peer in _doctor.PEERS]
-    peers = [_doctor.peer_name(peer, dead.pid) for peer in _doctor.PEERS]
+    nets = [_names.isolation_network_name(dead.pid, peer) for peer in _names.PEERS]
+    peers = [_names.peer_name(peer, dead.pid) for peer in _names.PEERS]
     try:
         for net, peer in zip(nets, peers):
             _rm_container(client, peer)
@@ -397,8 +396,8 @@ def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
         return made['a']
 
     monkeypatch.setattr(_doctor._jobnet, 'create_job_network', shared)
-    doc = _doctor.Doctor(client, egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={},
-                         start_grace=20)
+    doc = _doctor.Doctor(client, _doctor.DoctorOptions(egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image,
+                                                       environ={}, start_grace=20))
     lines = doc.isolation()
     assert [(line.id, line.status) for line in lines][:1] == [('isolation.leaks', 'fail')], lines
     assert "reached pi-dispatch-egress-probe-peer-b-" in lines[0].message

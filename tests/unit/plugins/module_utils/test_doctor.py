@@ -7,6 +7,11 @@ import re
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_sweep
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -32,7 +37,7 @@ OWN = 4242
     ('pi-job-doctor-x-a-net', None),
 ])
 def test_parse_doctor_network(name, pid):
-    assert _doctor.parse_doctor_network(name) == pid
+    assert _doctor_names.parse_doctor_network(name) == pid
 
 
 @pytest.mark.parametrize('name, pid', [
@@ -44,12 +49,12 @@ def test_parse_doctor_network(name, pid):
     ('pi-job-77', None),
 ])
 def test_probe_pid(name, pid):
-    assert _doctor.probe_pid(name) == pid
+    assert _doctor_names.probe_pid(name) == pid
 
 
 def test_own_names():
-    assert _doctor.network_name(9) == 'pi-dispatch-egress-doctor-9'
-    assert _doctor.probe_name('deny', 9) == 'pi-dispatch-egress-probe-deny-9'
+    assert _doctor_names.network_name(9) == 'pi-dispatch-egress-doctor-9'
+    assert _doctor_names.probe_name('deny', 9) == 'pi-dispatch-egress-probe-deny-9'
 
 
 # --- the sweep decision table --------------------------------------------------------------------
@@ -64,7 +69,7 @@ def test_own_names():
     ('prefix only', 'pi-dispatch-egress-doctor-', False, True, 'ignore'),
 ])
 def test_plan_leftover(case, name, alive, local, decision):
-    assert _doctor.plan_leftover(name, OWN, alive, local) == decision, case
+    assert _doctor_sweep.plan_leftover(name, OWN, alive, local) == decision, case
 
 
 @pytest.mark.parametrize('docker_host, env, local', [
@@ -76,18 +81,18 @@ def test_plan_leftover(case, name, alive, local, decision):
     ('tcp://127.0.0.1:2375', {'DOCKER_HOST': 'unix:///var/run/docker.sock'}, False),
 ])
 def test_daemon_locality(docker_host, env, local):
-    got, resolved = _doctor.daemon_locality(docker_host, env)
+    got, resolved = _doctor_names.daemon_locality(docker_host, env)
     assert got is local
     assert resolved.startswith('resolved ')
 
 
 def test_pid_alive():
-    assert _doctor.pid_alive(os.getpid())
-    assert _doctor.pid_alive(0)  # nonsense is never called dead
+    assert _doctor_names.pid_alive(os.getpid())
+    assert _doctor_names.pid_alive(0)  # nonsense is never called dead
 
 
 def test_split_attached_probes_and_foreign():
-    probes, others = _doctor.split_attached(
+    probes, others = _doctor_sweep.split_attached(
         ['pi-dispatch-egress-probe-deny-5', 'pi-dispatch-egress-proxy', 'pi-dispatch-egress-probe-deny-6',
          '/pi-dispatch-egress-probe-provider-5', 'my-app'], 5)
     assert probes == ['pi-dispatch-egress-probe-deny-5', 'pi-dispatch-egress-probe-provider-5']
@@ -109,7 +114,7 @@ NET = 'pi-dispatch-egress-doctor-5'
     (dict(detached=['app'], net_gone=True), 'leftovers.gone', 'ok', ['detached app on']),
 ])
 def test_sweep_line(kwargs, line_id, status, words):
-    line = _doctor.sweep_line(NET, **kwargs)
+    line = _doctor_sweep.sweep_line(NET, **kwargs)
     assert (line.id, line.status) == (line_id, status)
     for word in words:
         assert word in line.message
@@ -118,7 +123,7 @@ def test_sweep_line(kwargs, line_id, status, words):
 
 
 def test_sweep_line_nothing_done_and_gone_is_no_line():
-    assert _doctor.sweep_line(NET, net_gone=True) is None
+    assert _doctor_sweep.sweep_line(NET, net_gone=True) is None
 
 
 # --- the sweep against a fake daemon ----------------------------------------------------------
@@ -178,9 +183,9 @@ def fake_not_found(monkeypatch):
 
 
 def doctor(api, docker_host=None, check_mode=False, isolation=False):
-    return _doctor.Doctor(FakeClient(api), 'pi-dispatch-egress-proxy', '/nonexistent', 'img',
-                          docker_host=docker_host, check_mode=check_mode, pid=OWN, environ={},
-                          isolation=isolation)
+    return _doctor.Doctor(FakeClient(api), _doctor.DoctorOptions(
+        'pi-dispatch-egress-proxy', '/nonexistent', 'img', docker_host=docker_host, check_mode=check_mode, pid=OWN,
+        environ={}, isolation=isolation))
 
 
 def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
@@ -287,14 +292,14 @@ def probe_output(code, connect, rc=0, headers='', stderr=''):
 
 def test_parse_probe_output():
     text = probe_output(403, 0, rc=0, headers='HTTP/1.1 403 Forbidden\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\n')
-    got = _doctor.parse_probe_output(text)
+    got = _doctor_probes.parse_probe_output(text)
     assert (got['code'], got['connect'], got['rc'], got['squid_error']) == (403, 0, 0, 'ERR_ACCESS_DENIED 0')
-    assert _doctor.parse_probe_output('sh: curl: not found\n') is None
-    assert _doctor.parse_probe_output('') is None
+    assert _doctor_probes.parse_probe_output('sh: curl: not found\n') is None
+    assert _doctor_probes.parse_probe_output('') is None
 
 
 def test_probe_script_is_bounded_and_never_reads_a_file_for_w():
-    script = _doctor.probe_script('https://api.provider.test/', 'http://proxy:3128', 7)
+    script = _doctor_probes.probe_script('https://api.provider.test/', 'http://proxy:3128', 7)
     assert '--max-time 7' in script and '--connect-timeout 7' in script
     assert "-w '@" not in script
 
@@ -304,34 +309,35 @@ P = 'api.provider.test'
 
 @pytest.mark.parametrize('fn, code, connect, headers, rc, line_id, status', [
     # provider
-    (_doctor.classify_provider, 401, 200, '', 0, 'canary.provider', 'ok'),
-    (_doctor.classify_provider, 200, 200, '', 0, 'canary.provider', 'ok'),
-    (_doctor.classify_provider, 0, 403, '', 56, 'canary.provider_unreached', 'warn'),
-    (_doctor.classify_provider, 0, 503, '', 56, 'canary.provider_unreached', 'warn'),
-    (_doctor.classify_provider, 0, 200, '', 28, 'canary.provider_unreached', 'warn'),
-    (_doctor.classify_provider, 0, 0, '', 7, 'canary.notrun', 'notrun'),
+    (_doctor_probes.classify_provider, 401, 200, '', 0, 'canary.provider', 'ok'),
+    (_doctor_probes.classify_provider, 200, 200, '', 0, 'canary.provider', 'ok'),
+    (_doctor_probes.classify_provider, 0, 403, '', 56, 'canary.provider_unreached', 'warn'),
+    (_doctor_probes.classify_provider, 0, 503, '', 56, 'canary.provider_unreached', 'warn'),
+    (_doctor_probes.classify_provider, 0, 200, '', 28, 'canary.provider_unreached', 'warn'),
+    (_doctor_probes.classify_provider, 0, 0, '', 7, 'canary.notrun', 'notrun'),
     # deny
-    (_doctor.classify_deny, 0, 403, '', 56, 'canary.deny', 'ok'),
-    (_doctor.classify_deny, 401, 200, '', 0, 'canary.deny_leaks', 'fail'),
-    (_doctor.classify_deny, 0, 503, '', 56, 'canary.deny_leaks', 'fail'),
-    (_doctor.classify_deny, 0, 200, '', 28, 'canary.deny_leaks', 'fail'),
-    (_doctor.classify_deny, 0, 0, '', 7, 'canary.notrun', 'notrun'),
+    (_doctor_probes.classify_deny, 0, 403, '', 56, 'canary.deny', 'ok'),
+    (_doctor_probes.classify_deny, 401, 200, '', 0, 'canary.deny_leaks', 'fail'),
+    (_doctor_probes.classify_deny, 0, 503, '', 56, 'canary.deny_leaks', 'fail'),
+    (_doctor_probes.classify_deny, 0, 200, '', 28, 'canary.deny_leaks', 'fail'),
+    (_doctor_probes.classify_deny, 0, 0, '', 7, 'canary.notrun', 'notrun'),
     # plain HTTP to a listed host on 443
-    (_doctor.classify_plain, 403, 0, 'X-Squid-Error: ERR_ACCESS_DENIED 0\n', 0, 'canary.plain', 'ok'),
-    (_doctor.classify_plain, 403, 0, '', 0, 'canary.plain_leaks', 'fail'),
-    (_doctor.classify_plain, 502, 0, 'X-Squid-Error: ERR_READ_ERROR 104\n', 0, 'canary.plain_leaks', 'fail'),
-    (_doctor.classify_plain, 400, 0, '', 0, 'canary.plain_leaks', 'fail'),
-    (_doctor.classify_plain, 0, 0, '', 7, 'canary.notrun', 'notrun'),
+    (_doctor_probes.classify_plain, 403, 0, 'X-Squid-Error: ERR_ACCESS_DENIED 0\n', 0, 'canary.plain', 'ok'),
+    (_doctor_probes.classify_plain, 403, 0, '', 0, 'canary.plain_leaks', 'fail'),
+    (_doctor_probes.classify_plain, 502, 0, 'X-Squid-Error: ERR_READ_ERROR 104\n', 0, 'canary.plain_leaks', 'fail'),
+    (_doctor_probes.classify_plain, 400, 0, '', 0, 'canary.plain_leaks', 'fail'),
+    (_doctor_probes.classify_plain, 0, 0, '', 7, 'canary.notrun', 'notrun'),
 ])
 def test_classification(fn, code, connect, headers, rc, line_id, status):
-    result = _doctor.parse_probe_output(probe_output(code, connect, rc=rc, headers=headers))
+    result = _doctor_probes.parse_probe_output(probe_output(code, connect, rc=rc, headers=headers))
     line = fn(P, result)
     assert (line.id, line.status) == (line_id, status), line
     if status in ('warn', 'fail'):
         assert line.fix
 
 
-@pytest.mark.parametrize('fn', [_doctor.classify_provider, _doctor.classify_deny, _doctor.classify_plain])
+@pytest.mark.parametrize('fn', [_doctor_probes.classify_provider, _doctor_probes.classify_deny,
+                                _doctor_probes.classify_plain])
 def test_probe_that_did_not_run_is_never_a_pass(fn):
     line = fn(P, None, why_not='the container could not start: no such image')
     assert (line.id, line.status) == ('canary.notrun', 'notrun')
@@ -351,23 +357,23 @@ def test_probe_that_did_not_run_is_never_a_pass(fn):
      [('proxy.running', 'ok'), ('proxy.health', 'warn')]),
 ])
 def test_proxy_lines(attrs, expect):
-    lines = _doctor.proxy_lines('pi-dispatch-egress-proxy', attrs)
+    lines = _doctor_proxy.proxy_lines('pi-dispatch-egress-proxy', attrs)
     assert [(line.id, line.status) for line in lines] == expect
 
 
 def test_stopped_proxy_fix_is_the_start_command():
-    line = _doctor.proxy_lines('p', {'State': {'Running': False, 'Status': 'exited'}})[0]
+    line = _doctor_proxy.proxy_lines('p', {'State': {'Running': False, 'Status': 'exited'}})[0]
     assert line.fix == 'docker start p'
 
 
 def test_rules_lines():
-    assert _doctor.rules_line('/d/deploy/egress-proxy.conf', _rules.packaged_rules()).id == 'proxy.rules'
+    assert _doctor_proxy.rules_line('/d/deploy/egress-proxy.conf', _rules.packaged_rules()).id == 'proxy.rules'
     changed = _rules.packaged_rules().replace('http_access deny all', 'http_access allow all')
-    line = _doctor.rules_line('/d/deploy/egress-proxy.conf', changed)
+    line = _doctor_proxy.rules_line('/d/deploy/egress-proxy.conf', changed)
     assert (line.id, line.status) == ('proxy.rules_differ', 'warn')
-    assert '/d/deploy/egress-proxy.conf' in line.message and _doctor.PACKAGED_FILE in line.message
+    assert '/d/deploy/egress-proxy.conf' in line.message and _doctor_proxy.PACKAGED_FILE in line.message
     assert 'http_access allow all' in line.message
-    line = _doctor.rules_line('/d/deploy/egress-proxy.conf', None, error='No such file or directory')
+    line = _doctor_proxy.rules_line('/d/deploy/egress-proxy.conf', None, error='No such file or directory')
     assert line.id == 'proxy.rules_unreadable'
 
 
@@ -375,11 +381,12 @@ def test_rules_lines():
 
 def sample_lines():
     return [
-        _doctor.Line('proxy.running', 'ok', 'Egress proxy running (p)'),
-        _doctor.Line('canary.deny_leaks', 'fail', 'Egress policy lets an unlisted host through (x)', fix='fix it'),
-        _doctor.Line('leftovers.remote', 'warn', 'Egress canary: n may be left over', fix='check there'),
-        _doctor.Line('isolation.peers', 'notrun', 'Job-to-job isolation is not checked yet'),
-        _doctor.Line('proxy.health', 'ok', 'Egress proxy health: healthy'),
+        _doctor_lines.Line('proxy.running', 'ok', 'Egress proxy running (p)'),
+        _doctor_lines.Line('canary.deny_leaks', 'fail', 'Egress policy lets an unlisted host through (x)',
+                           fix='fix it'),
+        _doctor_lines.Line('leftovers.remote', 'warn', 'Egress canary: n may be left over', fix='check there'),
+        _doctor_lines.Line('isolation.peers', 'notrun', 'Job-to-job isolation is not checked yet'),
+        _doctor_lines.Line('proxy.health', 'ok', 'Egress proxy health: healthy'),
     ]
 
 
@@ -416,16 +423,16 @@ def test_json_lines():
 
 def test_line_rejects_unknown_id_and_status():
     with pytest.raises(ValueError):
-        _doctor.Line('no.such', 'ok', 'x')
+        _doctor_lines.Line('no.such', 'ok', 'x')
     with pytest.raises(ValueError):
-        _doctor.Line('proxy.running', 'great', 'x')
+        _doctor_lines.Line('proxy.running', 'great', 'x')
 
 
 def test_line_table_is_well_formed():
-    assert len(set(_doctor.LINE_IDS)) == len(_doctor.LINE_IDS)
-    groups = set(group for group, _title in _doctor.GROUPS)
-    for line_id, group, status, shape in _doctor.LINES:
-        assert group in groups and status in _doctor.STATUSES and shape
+    assert len(set(_doctor_lines.LINE_IDS)) == len(_doctor_lines.LINE_IDS)
+    groups = set(group for group, _title in _doctor_lines.GROUPS)
+    for line_id, group, status, shape in _doctor_lines.LINES:
+        assert group in groups and status in _doctor_lines.STATUSES and shape
 
 
 # --- docs/doctor.md cannot drift ------------------------------------------------------------------------
@@ -442,12 +449,12 @@ def doc_rows():
 
 
 def test_docs_table_first_column_rebuilt_from_code():
-    assert [row[0] for row in doc_rows()] == _doctor.LINE_IDS
+    assert [row[0] for row in doc_rows()] == _doctor_lines.LINE_IDS
 
 
 def test_docs_table_shapes_match_code():
-    expected = [(line_id, _doctor.SYMBOLS[status], shape.replace('|', '\\|'))
-                for line_id, _group, status, shape in _doctor.LINES]
+    expected = [(line_id, _doctor_lines.SYMBOLS[status], shape.replace('|', '\\|'))
+                for line_id, _group, status, shape in _doctor_lines.LINES]
     assert doc_rows() == expected
 
 
@@ -470,8 +477,8 @@ RENDER = HEADER + 'acl pi_ep_m1_host dstdomain -n models.test\n'
     ('not mounted, nothing declared', [], HEADER, None, None, False, None),
 ])
 def test_include_line(case, ids, render, running, mounted, mounts, expect):
-    line = _doctor.include_line('p', ids, render, running, mounted, '/d/model-endpoints.conf',
-                                '/d/model-endpoints.json', mounts)
+    line = _doctor_proxy.include_line('p', ids, render, running, mounted, '/d/model-endpoints.conf',
+                                      '/d/model-endpoints.json', mounts)
     got = (line.id, line.status) if line else None
     assert got == expect, case
     if line and line.status in ('warn', 'fail'):
@@ -549,9 +556,9 @@ GUARD_NO_ACL = '\n'.join(line for line in GUARD.splitlines() if not line.startsw
      ['the host-gateway address 44.1.2.3']),
 ])
 def test_guard_line(case, rules, guard, mounted, gateways, host_gw, expect, needles):
-    line = _doctor.guard_line('p', rules, guard, mounted, gateways, host_gw)
+    line = _doctor_proxy.guard_line('p', rules, guard, mounted, gateways, host_gw)
     assert line.id == expect, (case, line)
-    assert line.status == _doctor._BY_ID[expect][2]
+    assert line.status == _doctor_lines._BY_ID[expect][2]
     for needle in needles:
         assert needle in line.message, (case, line.message)
     if line.status != 'ok':
@@ -565,7 +572,7 @@ def test_guard_line(case, rules, guard, mounted, gateways, host_gw, expect, need
     (None, ['m1'], None),
 ])
 def test_rules_without_the_endpoints_include(rules, ids, expect):
-    line = _doctor.endpoints_rules_line('p', rules, ids)
+    line = _doctor_proxy.endpoints_rules_line('p', rules, ids)
     assert (line.id if line else None) == expect
     if line:
         assert 'm1, m2' in line.message and 'until the rules are refreshed' in line.message
@@ -577,7 +584,7 @@ def test_rules_without_the_endpoints_include(rules, ids, expect):
     ([], 4, 'the daemon is on another host', 'proxy.mounts_unchecked'),
 ])
 def test_mounts_line(stale, count, why, expect):
-    line = _doctor.mounts_line('p', stale, count, why)
+    line = _doctor_proxy.mounts_line('p', stale, count, why)
     assert line.id == expect
     for path in stale:
         assert path in line.message and 'saved by rename' in line.message
@@ -586,5 +593,5 @@ def test_mounts_line(stale, count, why, expect):
 def test_attrs_gateways():
     attrs = {'NetworkSettings': {'Networks': {'b': {'Gateway': '10.47.0.1', 'IPv6Gateway': ''},
                                               'a': {'Gateway': '172.18.0.1', 'IPv6Gateway': 'fd00::1'}}}}
-    assert _doctor.attrs_gateways(attrs) == {'172.18.0.1': 'a', 'fd00::1': 'a', '10.47.0.1': 'b'}
-    assert _doctor.attrs_gateways({}) == {}
+    assert _doctor_proxy.attrs_gateways(attrs) == {'172.18.0.1': 'a', 'fd00::1': 'a', '10.47.0.1': 'b'}
+    assert _doctor_proxy.attrs_gateways({}) == {}

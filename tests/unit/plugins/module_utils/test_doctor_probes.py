@@ -4,7 +4,12 @@ import subprocess
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_isolation
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_overlay
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_sweep
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
 
 EP = _endpoints.Endpoint('m1', 'models.test', 11434, 1)
@@ -27,28 +32,28 @@ def result(connect=0, code=0, rc=0, squid_error=None, error=''):
     (1, [1], 2),
 ])
 def test_next_undeclared_port(port, declared, expect):
-    assert _doctor.next_undeclared_port(port, declared) == expect
+    assert _doctor_probes.next_undeclared_port(port, declared) == expect
 
 
 def test_endpoint_targets_name_and_ipv6():
     other = _endpoints.Endpoint('m2', 'models.test', 11435, 1)
-    targets = _doctor.endpoint_targets(EP, [EP, other])
+    targets = _doctor_probes.endpoint_targets(EP, [EP, other])
     assert targets == [('tunnel', 'http://models.test:11434/v1/models', True),
                        ('port', 'http://models.test:11436/', True),
                        ('plain', 'http://models.test:11434/v1/models', False)]
-    assert _doctor.endpoint_targets(EP6, [EP6])[1] == ('port', 'http://[fd00::5]:8081/', True)
-    assert _doctor.endpoint_targets(EP6, [EP6])[0][1] == 'http://[fd00::5]:8080/v1/models'
+    assert _doctor_probes.endpoint_targets(EP6, [EP6])[1] == ('port', 'http://[fd00::5]:8081/', True)
+    assert _doctor_probes.endpoint_targets(EP6, [EP6])[0][1] == 'http://[fd00::5]:8080/v1/models'
 
 
 def test_endpoint_probe_names_are_swept_by_pid():
-    name = _doctor.endpoint_probe_name('tunnel', 'mac-ollama-2', 77)
+    name = _doctor_names.endpoint_probe_name('tunnel', 'mac-ollama-2', 77)
     assert name == 'pi-dispatch-egress-probe-endpoint-tunnel-mac-ollama-2-77'
-    assert _doctor.probe_pid(name) == 77
+    assert _doctor_names.probe_pid(name) == 77
 
 
 def test_probe_script_tunnel_flag():
-    assert ' -p ' in _doctor.probe_script('http://m:1/v1/models', 'http://p:3128', 5, tunnel=True)
-    assert ' -p ' not in _doctor.probe_script('http://m:1/v1/models', 'http://p:3128', 5)
+    assert ' -p ' in _doctor_probes.probe_script('http://m:1/v1/models', 'http://p:3128', 5, tunnel=True)
+    assert ' -p ' not in _doctor_probes.probe_script('http://m:1/v1/models', 'http://p:3128', 5)
 
 
 # --- classification tables ----------------------------------------------------------------------------
@@ -67,7 +72,7 @@ def test_probe_script_tunnel_flag():
     ('no reading', None, ('endpoint.notrun', 'notrun'), 'could not start'),
 ])
 def test_classify_endpoint_tunnel(case, res, expect, words):
-    line = _doctor.classify_endpoint_tunnel(EP, res, 15, why_not='the container could not start')
+    line = _doctor_probes.classify_endpoint_tunnel(EP, res, 15, why_not='the container could not start')
     assert (line.id, line.status) == expect, case
     assert words in line.message, (case, line.message)
     assert 'm1' in line.message
@@ -83,14 +88,14 @@ def test_classify_endpoint_tunnel(case, res, expect, words):
     ('no reading', None, ('endpoint.notrun', 'notrun')),
 ])
 def test_classify_endpoint_port(case, res, expect):
-    line = _doctor.classify_endpoint_port(EP, 'http://models.test:11435/', res, why_not='x')
+    line = _doctor_probes.classify_endpoint_port(EP, 'http://models.test:11435/', res, why_not='x')
     assert (line.id, line.status) == expect, case
     if line.status != 'notrun':
         assert 'models.test:11435' in line.message
 
 
 def test_classify_endpoint_port_without_a_free_port_is_not_run():
-    line = _doctor.classify_endpoint_port(EP, None, None)
+    line = _doctor_probes.classify_endpoint_port(EP, None, None)
     assert (line.id, line.status) == ('endpoint.notrun', 'notrun')
 
 
@@ -102,7 +107,7 @@ def test_classify_endpoint_port_without_a_free_port_is_not_run():
     ('no answer', result(rc=28), ('endpoint.notrun', 'notrun')),
 ])
 def test_classify_endpoint_plain(case, res, expect):
-    line = _doctor.classify_endpoint_plain(EP, res)
+    line = _doctor_probes.classify_endpoint_plain(EP, res)
     assert (line.id, line.status) == expect, case
 
 
@@ -129,50 +134,51 @@ def ids(lines):
 
 
 def test_overlay_nothing_given_says_not_run_and_checks_the_allowlist():
-    lines = _doctor.overlay_lines(None, None, None, [], ['api.provider.test', '.forge.test'])
+    lines = _doctor_overlay.overlay_lines(None, None, None, [], ['api.provider.test', '.forge.test'])
     assert ids(lines) == [('overlay.allowlist_ok', 'ok'), ('overlay.none', 'notrun')]
 
 
 @pytest.mark.parametrize('entry', ['host.docker.internal', 'host.containers.internal', '.internal',
                                    '.docker.internal'])
 def test_overlay_allowlist_opening_the_host_warns(entry):
-    lines = _doctor.overlay_lines(None, None, None, [], ['api.provider.test', entry])
+    lines = _doctor_overlay.overlay_lines(None, None, None, [], ['api.provider.test', entry])
     assert ids(lines)[0] == ('overlay.allowlist', 'warn')
     assert entry in lines[0].message and 'declare' in lines[0].fix
 
 
 def test_overlay_allowlist_unreadable_warns():
-    lines = _doctor.overlay_lines(None, None, None, [], None, allowlist_problem='/d/a.conf could not be checked')
+    lines = _doctor_overlay.overlay_lines(None, None, None, [], None,
+                                          allowlist_problem='/d/a.conf could not be checked')
     assert ids(lines)[0] == ('overlay.allowlist_unread', 'warn')
 
 
 def test_overlay_missing_file_warns():
-    lines = _doctor.overlay_lines('/o/models.json', None, None, [], [])
+    lines = _doctor_overlay.overlay_lines('/o/models.json', None, None, [], [])
     assert ids(lines)[-1] == ('overlay.missing', 'warn')
     assert '/o/models.json' in lines[-1].message
 
 
 def test_overlay_refused_file_fails():
-    lines = _doctor.overlay_lines('/o/models.json', '{"providers": [}', None, [], [])
+    lines = _doctor_overlay.overlay_lines('/o/models.json', '{"providers": [}', None, [], [])
     assert ids(lines)[-1] == ('overlay.parse', 'fail')
 
 
 def test_overlay_models_against_endpoints():
     ep = _endpoints.Endpoint('ollama', 'models.test', 11434, 1, keyless=True)
-    lines = _doctor.overlay_lines('/o/models.json', MODELS, None, [ep], [])
+    lines = _doctor_overlay.overlay_lines('/o/models.json', MODELS, None, [ep], [])
     got = ids(lines)
     assert ('overlay.uses', 'ok') in got
     assert ('overlay.keyless', 'ok') in got
     assert ('overlay.loopback', 'warn') in got
     for line in lines:
-        assert line.id in _doctor.LINE_IDS
+        assert line.id in _doctor_lines.LINE_IDS
         if line.status in ('warn', 'fail'):
             assert line.fix
 
 
 def test_overlay_keyless_refused_when_the_endpoint_is_not_keyless():
     ep = _endpoints.Endpoint('ollama', 'models.test', 11434, 1, keyless=False)
-    lines = _doctor.overlay_lines('/o/models.json', MODELS, None, [ep], [])
+    lines = _doctor_overlay.overlay_lines('/o/models.json', MODELS, None, [ep], [])
     assert ('overlay.keyless_refused', 'fail') in ids(lines)
 
 
@@ -191,10 +197,10 @@ def fake_curl_run(tmp_path, behaviour):
     (bindir / 'curl').chmod(0o755)
     (bindir / 'sleep').write_text('#!/bin/sh\nexit 0\n')
     (bindir / 'sleep').chmod(0o755)
-    script = _doctor.isolation_script(TARGETS, timeout=1, settle=0).replace('/tmp/', str(tmp_path) + '/')
+    script = _doctor_isolation.isolation_script(TARGETS, timeout=1, settle=0).replace('/tmp/', str(tmp_path) + '/')
     out = subprocess.run(['sh', '-c', script], env={'PATH': '%s:/usr/bin:/bin' % bindir}, capture_output=True,
                          text=True, timeout=30, check=False)
-    return _doctor.parse_isolation_output(out.stdout)
+    return _doctor_isolation.parse_isolation_output(out.stdout)
 
 
 def test_isolation_script_runs_and_parses(tmp_path):
@@ -206,8 +212,8 @@ def test_isolation_script_runs_and_parses(tmp_path):
 
 
 def test_parse_isolation_output_needs_every_check():
-    assert _doctor.parse_isolation_output('PIDOCTOR-ISO proxy 400 0 \n') is None
-    assert _doctor.parse_isolation_output('') is None
+    assert _doctor_isolation.parse_isolation_output('PIDOCTOR-ISO proxy 400 0 \n') is None
+    assert _doctor_isolation.parse_isolation_output('') is None
 
 
 @pytest.mark.parametrize('check, expect', [
@@ -217,7 +223,7 @@ def test_parse_isolation_output_needs_every_check():
     (dict(code=0, rc=6, error='Could not resolve host'), False),
 ])
 def test_reached(check, expect):
-    assert _doctor.reached(check) is expect
+    assert _doctor_isolation.reached(check) is expect
 
 
 def peers(a_result, b_result):
@@ -242,7 +248,7 @@ ISOLATED = dict(proxy=dict(code=400, rc=0, error=''), peer_name=dict(code=0, rc=
     ('no reading', None, ISOLATED, ('isolation.notrun', 'notrun')),
 ])
 def test_classify_isolation(case, a, b, expect):
-    line = _doctor.classify_isolation(peers(a, b))
+    line = _doctor_isolation.classify_isolation(peers(a, b))
     assert (line.id, line.status) == expect, case
     if line.status == 'fail':
         assert line.fix
@@ -251,11 +257,11 @@ def test_classify_isolation(case, a, b, expect):
 
 
 def test_peer_address_is_the_last_usable():
-    assert _doctor.peer_address('10.47.0.8/29') == '10.47.0.14'
-    assert _doctor.peer_address('10.47.0.8/29', 'b') == '10.47.0.13'
-    assert _doctor.isolation_network_name(12, 'a') == 'pi-job-doctor-12-a-net'
-    assert _doctor.parse_doctor_network(_doctor.isolation_network_name(12, 'b')) == 12
-    assert _doctor.probe_pid(_doctor.peer_name('a', 12)) == 12
+    assert _doctor_isolation.peer_address('10.47.0.8/29') == '10.47.0.14'
+    assert _doctor_isolation.peer_address('10.47.0.8/29', 'b') == '10.47.0.13'
+    assert _doctor_names.isolation_network_name(12, 'a') == 'pi-job-doctor-12-a-net'
+    assert _doctor_names.parse_doctor_network(_doctor_names.isolation_network_name(12, 'b')) == 12
+    assert _doctor_names.probe_pid(_doctor_names.peer_name('a', 12)) == 12
 
 
 @pytest.mark.parametrize('probe, net, expect', [
@@ -268,4 +274,4 @@ def test_peer_address_is_the_last_usable():
     ('pi-dispatch-egress-probe-deny-13', 'pi-dispatch-egress-doctor-12', False),
 ])
 def test_probe_of_network(probe, net, expect):
-    assert _doctor.probe_of_network(probe, net, 12) is expect
+    assert _doctor_sweep.probe_of_network(probe, net, 12) is expect

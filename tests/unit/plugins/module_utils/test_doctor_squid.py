@@ -5,6 +5,10 @@ import json
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_overlay
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_squid
 
 # --- apt-cache policy and the throwaway container's output ------------------------------------------------
 
@@ -42,17 +46,17 @@ Reading package lists...
 
 
 def output(rc, update, policy):
-    return '%s-apt-rc %s\n%s%s-policy\n%s' % (_doctor.PROBE_MARK, rc, update, _doctor.PROBE_MARK, policy)
+    return '%s-apt-rc %s\n%s%s-policy\n%s' % (_doctor_probes.PROBE_MARK, rc, update, _doctor_probes.PROBE_MARK, policy)
 
 
 def test_parse_apt_policy():
-    got = _doctor.parse_apt_policy(POLICY_FETCHED)
+    got = _doctor_squid.parse_apt_policy(POLICY_FETCHED)
     assert got == dict(installed='6.13-2+deb13u4', candidate='6.13-2+deb13u5', candidate_from_mirror=True)
-    got = _doctor.parse_apt_policy(POLICY_STATUS_ONLY)
+    got = _doctor_squid.parse_apt_policy(POLICY_STATUS_ONLY)
     assert got['candidate'] == '6.13-2+deb13u4' and got['candidate_from_mirror'] is False
-    assert _doctor.parse_apt_policy('') is None
-    assert _doctor.parse_apt_policy('N: Unable to locate package squid\n') is None
-    none = _doctor.parse_apt_policy('squid:\n  Installed: 6.13-2\n  Candidate: (none)\n  Version table:\n')
+    assert _doctor_squid.parse_apt_policy('') is None
+    assert _doctor_squid.parse_apt_policy('N: Unable to locate package squid\n') is None
+    none = _doctor_squid.parse_apt_policy('squid:\n  Installed: 6.13-2\n  Candidate: (none)\n  Version table:\n')
     assert none['candidate'] is None
 
 
@@ -69,7 +73,7 @@ def test_parse_apt_policy():
     ('empty', '', None, 'printed no result'),
 ])
 def test_parse_candidate_output(case, text, candidate, why):
-    got, reason = _doctor.parse_candidate_output(text)
+    got, reason = _doctor_squid.parse_candidate_output(text)
     assert got == candidate, case
     if why is None:
         assert reason is None, case
@@ -99,7 +103,7 @@ def test_parse_candidate_output(case, text, candidate, why):
      [('proxy.squid_unread', 'warn'), ('proxy.squid_mirror_unread', 'notrun')]),
 ])
 def test_squid_lines(case, installed, installed_why, candidate, candidate_why, expect):
-    lines = _doctor.squid_lines('p', installed, installed_why, candidate, candidate_why)
+    lines = _doctor_squid.squid_lines('p', installed, installed_why, candidate, candidate_why)
     assert [(line.id, line.status) for line in lines] == expect, case
     assert not [line for line in lines if line.status in ('warn', 'fail') and not line.fix], case
     if installed and expect[0][0] == 'proxy.squid':
@@ -109,13 +113,13 @@ def test_squid_lines(case, installed, installed_why, candidate, candidate_why, e
 
 
 def test_mirror_unread_is_never_a_pass():
-    lines = _doctor.squid_lines('p', '6.13-2', None, None, 'no route to the mirror')
+    lines = _doctor_squid.squid_lines('p', '6.13-2', None, None, 'no route to the mirror')
     assert lines[-1].status == 'notrun' and 'no route to the mirror' in lines[-1].message
 
 
 def test_candidate_script_is_bounded():
-    script = _doctor.candidate_script()
-    assert 'timeout %d apt-get update' % _doctor.SQUID_CANDIDATE_TIMEOUT in script
+    script = _doctor_squid.candidate_script()
+    assert 'timeout %d apt-get update' % _doctor_squid.SQUID_CANDIDATE_TIMEOUT in script
     assert 'Acquire::Retries=0' in script
     assert 'apt-cache policy squid' in script
 
@@ -128,7 +132,7 @@ def test_candidate_script_is_bounded():
     ([], [], None),
 ])
 def test_upstream_network(networks, labelled, want):
-    assert _doctor.upstream_network(networks, lambda name: name in labelled) == want
+    assert _doctor_squid.upstream_network(networks, lambda name: name in labelled) == want
 
 
 # --- redaction at every formatting point ----------------------------------------------------------------------
@@ -137,8 +141,8 @@ SECRET = 'hunter2-secret'
 
 
 def test_line_redacts_message_and_fix_and_report_and_json():
-    line = _doctor.Line('overlay.loopback', 'warn', 'has baseUrl http://user:%s@127.0.0.1:1/v1?api_key=%s'
-                        % (SECRET, SECRET), fix='curl http://u:%s@h.test/' % SECRET)
+    line = _doctor_lines.Line('overlay.loopback', 'warn', 'has baseUrl http://user:%s@127.0.0.1:1/v1?api_key=%s'
+                              % (SECRET, SECRET), fix='curl http://u:%s@h.test/' % SECRET)
     line.fix = line.fix + ' http://x:%s@late.test/' % SECRET  # set after construction, as the endpoint fixes are
     for text in (line.message, _doctor.render_report([line]), _doctor.json_lines([line]),
                  json.dumps(line.as_dict())):
@@ -164,12 +168,13 @@ def test_overlay_with_credentials_leaks_nothing(tmp_path):
     endpoints = [_endpoints.Endpoint('m1', 'models.test', 8080, 1, keyless=True)]
     good = OVERLAY.replace(', "name": 5', '')
     for text in (good, OVERLAY):  # a clean read, and a refused one whose message quotes the file
-        lines = _doctor.overlay_lines(str(tmp_path / 'models.json'), text, None, endpoints, ['api.provider.test'])
+        lines = _doctor_overlay.overlay_lines(str(tmp_path / 'models.json'), text, None, endpoints,
+                                              ['api.provider.test'])
         assert lines
         report = _doctor.render_report(lines) + _doctor.json_lines(lines)
         assert SECRET not in report, report
         assert SECRET not in json.dumps([line.as_dict() for line in lines])
-    lines = _doctor.overlay_lines('/m.json', good, None, endpoints, ['api.provider.test'])
+    lines = _doctor_overlay.overlay_lines('/m.json', good, None, endpoints, ['api.provider.test'])
     loopback = [line for line in lines if line.id == 'overlay.loopback'][0]
     assert 'http://***@127.0.0.1:11434/v1?token=***' in loopback.message
 
@@ -188,7 +193,8 @@ user.github.io
 
 
 def test_public_suffix_lines_with_the_list():
-    lines = _doctor.public_suffix_lines('/d/egress-allowlist.conf', ALLOWLIST, _doctor.public_suffix_checker())
+    lines = _doctor_overlay.public_suffix_lines('/d/egress-allowlist.conf', ALLOWLIST,
+                                                _doctor_overlay.public_suffix_checker())
     flagged = [line for line in lines if line.id == 'overlay.public_suffix']
     assert [line.status for line in flagged] == ['warn'] * 3
     assert [line.message.split()[0] for line in flagged] == ['.com', '.co.uk', 'github.io']
@@ -198,18 +204,19 @@ def test_public_suffix_lines_with_the_list():
 def test_public_suffix_lines_with_a_checker_that_fails():
     def broken(entry):
         raise RuntimeError('cannot be checked against the Public Suffix List: pip install publicsuffixlist')
-    lines = _doctor.public_suffix_lines('/d/egress-allowlist.conf', ALLOWLIST, broken)
+    lines = _doctor_overlay.public_suffix_lines('/d/egress-allowlist.conf', ALLOWLIST, broken)
     assert [(line.id, line.status) for line in lines] == [('overlay.allowlist_unread', 'warn')]
     assert 'publicsuffixlist' in lines[0].message and lines[0].fix
 
 
 def test_public_suffix_lines_clean_file_says_nothing():
-    assert _doctor.public_suffix_lines('/a', 'api.provider.test\n.forge.test\n', _doctor.public_suffix_checker()) == []
+    checker = _doctor_overlay.public_suffix_checker()
+    assert _doctor_overlay.public_suffix_lines('/a', 'api.provider.test\n.forge.test\n', checker) == []
 
 
 def test_public_suffix_checker_is_the_allowlist_rule():
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
-    assert _doctor.public_suffix_checker() is _allowlist.public_suffix_covered
+    assert _doctor_overlay.public_suffix_checker() is _allowlist.public_suffix_covered
 
 
 @pytest.mark.parametrize('entry, want', [
@@ -217,7 +224,7 @@ def test_public_suffix_checker_is_the_allowlist_rule():
     ('user.github.io', None), ('api.anthropic.com', None), ('.forge.test', None), ('10.0.0.1', None), ('.', '.'),
 ])
 def test_checker(entry, want):
-    assert _doctor.public_suffix_checker()(entry) == want
+    assert _doctor_overlay.public_suffix_checker()(entry) == want
 
 
 # --- the daemon side with a fake daemon ---------------------------------------------------------------------
@@ -281,7 +288,7 @@ ATTRS = {'Image': 'sha256:img', 'NetworkSettings': {'Networks': {'pi-job-x-net':
 
 def test_candidate_from_a_throwaway_container_on_the_upstream_network():
     api = _SquidAPI(logs=output(0, UPDATE_OK, POLICY_FETCHED).encode())
-    doc = _doctor.Doctor(_SquidClient(api), 'p', '/nonexistent', 'img', environ={}, pid=4242)
+    doc = _doctor.Doctor(_SquidClient(api), _doctor.DoctorOptions('p', '/nonexistent', 'img', environ={}, pid=4242))
     lines = doc.squid_lines(ATTRS)
     assert [(line.id, line.status) for line in lines] == [('proxy.squid', 'ok'), ('proxy.squid_outdated', 'warn')]
     create = [call for call in api.calls if call[0] == 'create'][0]
@@ -295,7 +302,7 @@ def test_candidate_from_a_throwaway_container_on_the_upstream_network():
 
 def test_candidate_container_gone_before_its_logs_is_a_not_run_line():
     api = _SquidAPI(logs_error=Exception('No such container: c1'))
-    doc = _doctor.Doctor(_SquidClient(api), 'p', '/nonexistent', 'img', environ={}, pid=4242)
+    doc = _doctor.Doctor(_SquidClient(api), _doctor.DoctorOptions('p', '/nonexistent', 'img', environ={}, pid=4242))
     lines = doc.squid_lines(ATTRS)
     assert [(line.id, line.status) for line in lines] == [('proxy.squid', 'ok'), ('proxy.squid_mirror_unread',
                                                                                   'notrun')]
@@ -303,7 +310,8 @@ def test_candidate_container_gone_before_its_logs_is_a_not_run_line():
 
 
 def test_candidate_check_that_raises_is_a_line(monkeypatch):
-    doc = _doctor.Doctor(_SquidClient(_SquidAPI()), 'p', '/nonexistent', 'img', environ={}, pid=1)
+    doc = _doctor.Doctor(_SquidClient(_SquidAPI()),
+                         _doctor.DoctorOptions('p', '/nonexistent', 'img', environ={}, pid=1))
     monkeypatch.setattr(doc, 'squid_candidate_version', lambda attrs: 1 / 0)
     lines = doc.squid_lines(ATTRS)
     assert lines[-1].id == 'proxy.squid_mirror_unread' and 'division by zero' in lines[-1].message
