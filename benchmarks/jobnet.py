@@ -38,10 +38,11 @@ def _import_jobnet():
         os.symlink(ROOT, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
         sys.path.insert(0, base)
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
-    return _jobnet
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_pool
+    return _jobnet, _jobnet_pool
 
 
-jn = _import_jobnet()
+jn, jn_pool = _import_jobnet()  # the published API; the pool's pure allocator (raw SDK baseline) is internal
 import docker  # noqa: E402
 from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
@@ -145,7 +146,7 @@ def main():
         for i in range(args.raw_count):
             name = 'pi-job-%sraw%d-net' % (prefix, i)
             created.append(name)
-            subnet = jn.allocate_subnet(args.pool, 29, [])
+            subnet = jn_pool.allocate_subnet(args.pool, 29, [])
             s = time.monotonic()
             net_id = client.api.create_network(name, driver='bridge', internal=True,
                                                ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))['Id']

@@ -135,6 +135,19 @@ def retry(call, retries=DEFAULT_RETRIES, delay=RETRY_DELAY, sleep=_sleep):
             sleep(delay * attempt)
 
 
+def build_client(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
+    """A ``docker.DockerClient`` for the options, not pinged (the SDK may still ask the API version once)."""
+    tls = tls_config(options)
+    if docker_host or tls:
+        return docker.DockerClient(base_url=docker_host, timeout=timeout, tls=tls or False)
+    return docker.from_env(timeout=timeout)
+
+
+def tls_options(params):
+    """The TLS and retry options of a module's params, as keyword arguments of connect() / build_client()."""
+    return dict((key, params.get(key)) for key in CONNECTION_KEYS if key not in ('docker_host', 'docker_timeout'))
+
+
 def connect(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
     """Return a ``docker.DockerClient`` that has answered a ping.
 
@@ -153,11 +166,8 @@ def connect(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
 
     def attempt():
         try:
-            tls = tls_config(options)
-            if docker_host or tls:
-                client = docker.DockerClient(base_url=docker_host, timeout=timeout, tls=tls or False)
-            else:
-                client = docker.from_env(timeout=timeout)
+            client = build_client(docker_host, timeout, **dict((k, v) for k, v in options.items()
+                                                              if k not in ('docker_host', 'docker_timeout')))
             client.ping()
         except Exception as exc:  # the SDK raises several unrelated types here
             raise EngineUnavailable(

@@ -149,8 +149,9 @@ install:
   type: dict
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
@@ -169,12 +170,11 @@ def main():
         upstream_network=dict(type='str', default=_firewall.DEFAULT_UPSTREAM),
         limit_upstream=dict(type='bool', default=False),
         upstream_ports=dict(type='list', elements='int', default=list(_firewall.DEFAULT_PORTS)),
-        deploy_dir=dict(type='path', default='/opt/pi-dispatch/egress'),
+        deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         ipv6=dict(type='bool', default=True),
         iptables=dict(type='str', choices=['auto', 'nft', 'legacy'], default='auto'),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
     try:
         _firewall.validate_prefix(p['chain_prefix'])
@@ -190,18 +190,14 @@ def main():
     networks = []
     endpoint_ports = []
     if p['state'] == 'present':
-        if dc.docker is None:
-            module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
+        client = dc.module_client(module)
         try:
-            client = dc.connect(p['docker_host'], p['docker_timeout'])
-            networks = client.api.networks()
+            networks = dc.read("Listing the daemon's networks", client.api.networks)
         except dc.EngineError as exc:
-            module.fail_json(msg=str(exc), retryable=exc.retryable)
-        except Exception as exc:
-            module.fail_json(msg='Listing the daemon\'s networks failed: %s' % dc.api_message(exc), retryable=True)
+            dc.fail(module, exc)
         if p['limit_upstream']:
             try:
-                endpoint_ports = _firewall.endpoint_ports(p['deploy_dir'])
+                endpoint_ports = _firewall.endpoint_ports(_deployment.module_layout(module).deploy_dir)
             except _firewall.FirewallError as exc:
                 module.fail_json(msg=str(exc))
     try:

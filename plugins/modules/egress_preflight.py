@@ -99,12 +99,14 @@ def main():
         proxy_name=dict(type='str', default=_jobnet.PROXY_NAME),
         fail_on_refusal=dict(type='bool', default=False),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
     if p['enabled'] and dc.docker is None:
         module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
-    verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout']),
+    problem = dc.check_connection_options(p)
+    if problem:
+        module.fail_json(msg=problem)
+    verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout'], **dc.tls_options(p)),
                                 proxy_name=p['proxy_name'], enabled=p['enabled'])
     result = dict(changed=False, admitted=verdict.admitted, **verdict.as_dict())
     if p['fail_on_refusal'] and not verdict.admitted:

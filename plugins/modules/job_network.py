@@ -138,7 +138,7 @@ actions:
   sample: ['create pi-job-1234-net (10.47.0.0/29)', 'attach pi-dispatch-egress-proxy']
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
@@ -155,8 +155,7 @@ def main():
         no_proxy=dict(type='str', default=_jobnet.NO_PROXY),
         check_host_routes=dict(type='bool', default=True),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
     # Bad input is refused before the daemon is asked anything.
     try:
@@ -167,16 +166,11 @@ def main():
     if not 1 <= p['proxy_port'] <= 65535:
         module.fail_json(msg='proxy_port %d is not a TCP port; use 1 to 65535 (the proxy listens on 3128).'
                          % p['proxy_port'])
-    if dc.docker is None:
-        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
 
     name = _jobnet.network_name(p['job_id'])
     result = dict(changed=False, network=name, network_id=None, container=_jobnet.container_name(p['job_id']),
                   actions=[])
-    try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
-    except dc.EngineError as exc:
-        module.fail_json(msg=str(exc), retryable=exc.retryable, **result)
+    client = dc.module_client(module, result)
 
     try:
         before = _jobnet.inspect_job_network(client, name) is not None
@@ -194,7 +188,7 @@ def main():
             result.update(changed=done['changed'], actions=done['actions'])
             after = False
     except (_jobnet.JobNetError, dc.EngineError) as exc:
-        module.fail_json(msg=str(exc), retryable=getattr(exc, 'retryable', False), **result)
+        dc.fail(module, exc, result)
     if module._diff:
         result['diff'] = dict(before='network %s: %s\n' % (name, 'present' if before else 'absent'),
                               after='network %s: %s\n' % (name, 'present' if after else 'absent'))

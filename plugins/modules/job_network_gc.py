@@ -106,7 +106,7 @@ reasons:
   type: dict
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
@@ -120,8 +120,7 @@ def main():
         id_prefix=dict(type='str', default=''),
         fail_on_failed=dict(type='bool', default=False),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
     if p['min_age'] < 0:
         module.fail_json(msg='min_age %d is negative; use 0 (no minimum) or a number of seconds, e.g. 300.'
@@ -130,18 +129,13 @@ def main():
         _jobnet.validate_id_prefix(p['id_prefix'])
     except _jobnet.JobNetError as exc:
         module.fail_json(msg=str(exc))
-    if dc.docker is None:
-        module.fail_json(msg=missing_required_lib('docker'), exception=dc.DOCKER_IMPORT_ERROR)
-    try:
-        client = dc.connect(p['docker_host'], p['docker_timeout'])
-    except dc.EngineError as exc:
-        module.fail_json(msg=str(exc), retryable=exc.retryable)
+    client = dc.module_client(module)
     try:
         result = _jobnet.sweep(client, min_age=p['min_age'], remove_exited_jobs=p['remove_exited_jobs'],
                                proxy_name=p['proxy_name'], id_prefix=p['id_prefix'],
                                check_mode=module.check_mode)
     except (_jobnet.JobNetError, dc.EngineError) as exc:
-        module.fail_json(msg=str(exc), retryable=getattr(exc, 'retryable', False))
+        dc.fail(module, exc)
     result['lines'] = _jobnet.sweep_lines(result, check_mode=module.check_mode)
     result['reasons'] = dict(_jobnet.KEEP_REASONS)
     for entry in result['failed']:

@@ -363,6 +363,32 @@ def test_parse_version(text, variant):
     assert fw.parse_version(text) == variant
 
 
+# --- the facade and its files ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('part', ['_firewall_params', '_firewall_rules', '_firewall_table', '_firewall_host'])
+def test_facade_reexports_every_public_name_of_its_files(part):
+    import ast
+    import importlib
+    module = importlib.import_module('ansible_collections.pi_dispatch.egress.plugins.module_utils.' + part)
+    with open(module.__file__) as handle:
+        text = handle.read()
+    defined = []
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.append(node.name)
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            defined.append(node.targets[0].id)
+    public = [n for n in defined if not n.startswith('_')]
+    assert public and all(getattr(fw, n) is getattr(module, n) for n in public)
+    assert set(public) <= set(fw.__all__)
+    assert 'module_utils import _firewall as' not in text and 'module_utils._firewall import' not in text  # no cycle
+
+
+def test_facade_exports_exactly_all():
+    future = {'absolute_import', 'division', 'print_function'}
+    assert set(n for n in vars(fw) if not n.startswith('_')) - future == set(fw.__all__)
+
+
 # --- the doctor's firewall lines -------------------------------------------------------------------------------
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_firewall as dfw  # noqa: E402

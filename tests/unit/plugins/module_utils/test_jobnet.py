@@ -1,10 +1,21 @@
-"""Unit tables for plugins/module_utils/_jobnet.py (no daemon)."""
+"""Unit tables for plugins/module_utils/_jobnet.py (the published facade) and its _jobnet_*.py files (no daemon).
+
+Public names are reached through the facade ``jn``, so the tables also prove what it exports; the
+internal helpers through their own file.
+"""
 
 import ipaddress
+import os
 
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_engine as engine
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_gc as gc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_lifecycle as lifecycle
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_names as names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_pool as pool
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_preflight as pf
 
 PROXY = jn.PROXY_NAME
 NOW = 1_800_000_000
@@ -74,7 +85,7 @@ def test_labels_env_run_args():
     ('2027-01-15T09:00:00+01:00', 1800000000), ('0001-01-01T00:00:00Z', None), ('garbage', None), (None, None),
 ])
 def test_parse_time(text, epoch):
-    assert jn.parse_time(text) == epoch
+    assert names.parse_time(text) == epoch
 
 
 # ---------------------------------------------------------------- subnets
@@ -89,24 +100,24 @@ def test_parse_time(text, epoch):
     (['10.47.0.0/29', 'not-a-net', 'fe80::/64'], '10.47.0.8/29'),
 ])
 def test_allocate_subnet(taken, expected):
-    assert str(jn.allocate_subnet('10.47.0.0/16', 29, taken)) == expected
+    assert str(pool.allocate_subnet('10.47.0.0/16', 29, taken)) == expected
 
 
 def test_allocate_is_never_overlapping_and_fills_the_pool():
     taken = []
     for _attempt in range(32):
-        net = jn.allocate_subnet('10.47.0.0/24', 29, taken)
+        net = pool.allocate_subnet('10.47.0.0/24', 29, taken)
         assert not any(net.overlaps(t) for t in taken)
         taken.append(net)
     with pytest.raises(jn.PoolExhausted) as exc:
-        jn.allocate_subnet('10.47.0.0/24', 29, taken)
+        pool.allocate_subnet('10.47.0.0/24', 29, taken)
     assert '10.47.0.0/24' in str(exc.value) and 'gc.yml' in str(exc.value)
 
 
 @pytest.mark.parametrize('taken', [['10.0.0.0/8'], ['0.0.0.0/1'], ['10.47.0.0/16']])
 def test_allocate_exhausted_by_covering_route(taken):
     with pytest.raises(jn.PoolExhausted):
-        jn.allocate_subnet('10.47.0.0/16', 29, taken)
+        pool.allocate_subnet('10.47.0.0/16', 29, taken)
 
 
 def test_default_pool_capacity():
@@ -127,19 +138,19 @@ def test_parse_proc_net_route():
             'eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n'
             'docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n'
             'short line\n')
-    assert [str(n) for n in jn.parse_proc_net_route(text)] == ['192.168.0.0/24', '172.17.0.0/16']
+    assert [str(n) for n in pool.parse_proc_net_route(text)] == ['192.168.0.0/24', '172.17.0.0/16']
 
 
 def test_parse_ip_json_routes():
     text = ('[{"dst":"default","gateway":"192.168.0.1"},{"dst":"192.168.0.0/24"},'
             '{"dst":"10.47.0.5"},{"dst":"fe80::/64"}]')
-    assert [str(n) for n in jn.parse_ip_json_routes(text)] == ['192.168.0.0/24', '10.47.0.5/32']
-    assert jn.parse_ip_json_routes('not json') == []
+    assert [str(n) for n in pool.parse_ip_json_routes(text)] == ['192.168.0.0/24', '10.47.0.5/32']
+    assert pool.parse_ip_json_routes('not json') == []
 
 
 def test_network_subnets():
     nets = [{'IPAM': {'Config': [{'Subnet': '172.18.0.0/16'}, {'Subnet': 'fd00::/64'}]}}, {'IPAM': None}, {}]
-    assert jn.network_subnets(nets) == [ipaddress.ip_network('172.18.0.0/16')]
+    assert pool.network_subnets(nets) == [ipaddress.ip_network('172.18.0.0/16')]
 
 
 # ---------------------------------------------------------------- the sweep
@@ -158,7 +169,7 @@ SWEEP_TABLE = [
     ('empty', 'pi-job-9-net', OURS, [], {}, ('remove', None, [], [])),
     ('unlabelled', 'pi-job-9-net', {}, [P], {}, ('remove', None, [PROXY], [])),
     ('stopped proxy only', 'pi-job-9-net', OURS, [m(PROXY, 'exited')], {}, ('remove', None, [PROXY], [])),
-    ('stale endpoint', 'pi-job-9-net', OURS, [P, m('gone', jn.MISSING)], {}, ('remove', None, ['gone', PROXY], [])),
+    ('stale endpoint', 'pi-job-9-net', OURS, [P, m('gone', gc.MISSING)], {}, ('remove', None, ['gone', PROXY], [])),
     ('job running', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'running')], {}, ('keep', 'job-running', [], [])),
     ('job paused', 'pi-job-9-net', OURS, [P, m('pi-job-9', 'paused')], {}, ('keep', 'job-running', [], [])),
     ('job restarting', 'pi-job-9-net', OURS, [m('pi-job-9', 'restarting')], {}, ('keep', 'job-running', [], [])),
@@ -193,8 +204,8 @@ SWEEP_TABLE = [
 @pytest.mark.parametrize('case,name,labels,members,opts,expected', SWEEP_TABLE, ids=[r[0] for r in SWEEP_TABLE])
 def test_sweep_decision_table(case, name, labels, members, opts, expected):
     opts = dict(opts)
-    created = opts.pop('created', jn.parse_time(OURS[jn.LABEL_CREATED]))
-    d = jn.decide_sweep(name, labels, created, members, NOW, proxy_name=PROXY, **opts)
+    created = opts.pop('created', names.parse_time(OURS[jn.LABEL_CREATED]))
+    d = gc.decide_sweep(name, labels, created, members, NOW, proxy_name=PROXY, **opts)
     assert (d.action, d.reason, d.detach, d.remove_containers) == expected
     if d.action == 'keep':
         assert d.reason in jn.KEEP_REASONS
@@ -210,8 +221,8 @@ def test_members_of_uses_container_config_and_flags_stale_endpoints():
         {'Id': 'c3', 'Names': ['/elsewhere'], 'State': 'running',
          'NetworkSettings': {'Networks': {'bridge': {'NetworkID': 'b'}}}},
     ]
-    assert jn.members_of(net, containers) == [
-        {'name': 'ghost', 'state': jn.MISSING}, {'name': PROXY, 'state': 'running'},
+    assert gc.members_of(net, containers) == [
+        {'name': 'ghost', 'state': gc.MISSING}, {'name': PROXY, 'state': 'running'},
         {'name': 'pi-job-9', 'state': 'exited'}]
 
 
@@ -234,10 +245,10 @@ def test_api_errors_are_answers_not_outages():
     resp = requests.Response()
     resp.status_code = 400
     err = docker.errors.APIError('x', response=resp, explanation='Pool overlaps with other one')
-    assert not jn._connection_failed(err)
-    assert not isinstance(jn._engine_error('create', err), jn.EngineUnavailable)
-    assert jn._connection_failed(requests.exceptions.ConnectionError('refused'))
-    assert isinstance(jn._engine_error('x', requests.exceptions.ConnectionError('refused')), jn.EngineUnavailable)
+    assert not engine.connection_failed(err)
+    assert not isinstance(engine.as_engine_error('create', err), jn.EngineUnavailable)
+    assert engine.connection_failed(requests.exceptions.ConnectionError('refused'))
+    assert isinstance(engine.as_engine_error('x', requests.exceptions.ConnectionError('refused')), jn.EngineUnavailable)
 
 
 # ---------------------------------------------------------------- preflight
@@ -248,7 +259,7 @@ def test_api_errors_are_answers_not_outages():
     (None, jn.PROXY_MISSING),
 ])
 def test_verdict_table(state, verdict):
-    v = jn.verdict_for_state(state)
+    v = pf.verdict_for_state(state)
     assert v.verdict == verdict and v.retryable is False
     assert v.admitted == (verdict == jn.ADMIT)
 
@@ -299,3 +310,47 @@ def test_preflight_missing_and_unavailable():
     def unbuildable():
         raise docker.errors.DockerException('Error while fetching server API version')
     assert jn.preflight(unbuildable).verdict == jn.ENGINE_UNAVAILABLE
+
+
+# ---------------------------------------------------------------- the published facade
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+FUTURE_NAMES = {'absolute_import', 'division', 'print_function'}
+
+
+def test_facade_exports_exactly_all():
+    assert jn.API_VERSION == '1.0'
+    assert len(set(jn.__all__)) == len(jn.__all__)
+    public = set(n for n in vars(jn) if not n.startswith('_')) - FUTURE_NAMES
+    assert public == set(jn.__all__)
+
+
+def test_facade_reexports_the_implementation():
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+    assert jn.create_job_network is lifecycle.create_job_network
+    assert jn.teardown_job_network is lifecycle.teardown_job_network
+    assert jn.preflight is pf.preflight and jn.Verdict is pf.Verdict
+    assert jn.plan_subnet is pool.plan_subnet and jn.PoolExhausted is pool.PoolExhausted
+    assert jn.sweep is gc.sweep and jn.JobNetError is names.JobNetError
+    assert jn.EngineError is dc.EngineError and jn.EngineUnavailable is dc.EngineUnavailable
+    assert issubclass(jn.PoolExhausted, jn.EngineError) and issubclass(jn.EngineUnavailable, jn.EngineError)
+
+
+@pytest.mark.parametrize('name', [n for n in jn.__all__ if callable(getattr(jn, n))])
+def test_every_published_callable_states_its_contract(name):
+    assert (getattr(jn, name).__doc__ or '').strip(), name
+
+
+def test_api_page_documents_every_published_name_and_the_version():
+    with open(os.path.join(ROOT, 'docs', 'job-network-api.md')) as handle:
+        text = handle.read()
+    assert "API_VERSION = '%s'" % jn.API_VERSION in text
+    missing = [n for n in jn.__all__ if '`%s' % n not in text]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize('module', [names, pool, engine, lifecycle, gc, pf])
+def test_implementation_files_never_import_the_facade(module):
+    with open(module.__file__) as handle:
+        text = handle.read()
+    assert 'module_utils import _jobnet\n' not in text and 'module_utils._jobnet import' not in text

@@ -1,0 +1,298 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""Job networks: create one for a job (``--internal``, labelled, the proxy attached) and tear it down.
+
+:func:`create_job_network` and :func:`teardown_job_network` are the calls a
+job runner makes around each job; both are idempotent and either finish or
+change nothing (a create whose proxy attach fails removes its network
+again). Re-exported by ``_jobnet.py``, the published job-network API
+(docs/job-network-api.md).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import threading
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import (
+    EngineError,
+    api_message,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_engine import (
+    as_engine_error,
+    connect_proxy,
+    connection_failed,
+    disconnect,
+    inspect_job_network,
+    list_networks,
+    proxy_on,
+    remove_network,
+    summary_name,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_names import (
+    LABEL_JOB_ID,
+    NO_PROXY,
+    PROXY_NAME,
+    PROXY_PORT,
+    container_name,
+    job_env,
+    job_labels,
+    network_name,
+    validate_job_id,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_pool import (
+    DEFAULT_POOL,
+    DEFAULT_PREFIX,
+    allocate_subnet,
+    parse_pool,
+    subnet_of,
+    taken_subnets,
+)
+
+# How many times create re-reads the taken subnets when another creator won
+# the race for the one it picked (the daemon refuses overlapping pools).
+CREATE_ATTEMPTS = 5
+
+_ALLOC_LOCK = threading.Lock()
+
+
+class JobNetwork(object):
+    """What a job runner needs to start the job container on its network.
+
+    Attributes: ``job_id``; ``network`` (``pi-job-<id>-net``); ``container``
+    (``pi-job-<id>``, the name the job container must get); ``subnet`` (CIDR
+    text); ``env`` (the proxy variables, :func:`job_env`); ``network_id``
+    (None in check mode); ``changed``; ``actions`` (what was done, or in
+    check mode what would be).
+    """
+
+    def __init__(self, job_id, network, container, subnet, env, network_id=None, changed=False,
+                 actions=None):
+        self.job_id = job_id
+        self.network = network
+        self.container = container
+        self.subnet = subnet
+        self.env = env
+        self.network_id = network_id
+        self.changed = changed
+        self.actions = list(actions or [])
+
+    def run_args(self):
+        """``docker run`` arguments for the job container (name, network, env)."""
+        args = ['--name', self.container, '--network', self.network]
+        for key in sorted(self.env):
+            args += ['-e', '%s=%s' % (key, self.env[key])]
+        return args
+
+    def as_dict(self):
+        return dict(job_id=self.job_id, network=self.network, container=self.container,
+                    subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
+                    changed=self.changed, actions=list(self.actions))
+
+    def __repr__(self):
+        return 'JobNetwork(%r)' % (self.as_dict(),)
+
+
+def _ownership_problem(attrs, job_id):
+    """None when the network may be treated as ours, else why not (for errors)."""
+    labels = attrs.get('Labels') or {}
+    if LABEL_JOB_ID in labels:
+        if labels[LABEL_JOB_ID] != job_id:
+            return 'its label %s says job %r' % (LABEL_JOB_ID, labels[LABEL_JOB_ID])
+        return None
+    if labels:
+        return 'it carries labels that are not ours (%s)' % ', '.join(sorted(labels))
+    return None
+
+
+# --------------------------------------------------------------------------
+# Create and teardown
+# --------------------------------------------------------------------------
+
+def _overlap_refused(message):
+    return 'overlap' in message.lower()
+
+
+def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, check_mode):
+    listed = [n for n in nets if n.get('Name') == name]
+    attrs = inspect_job_network(client, name) if listed else None
+    if attrs is None:
+        return None
+    problem = _ownership_problem(attrs, job_id)
+    if problem:
+        raise EngineError(
+            "Network %s exists but is not this job's: %s. Nothing was changed. Remove it "
+            "(docker network rm %s) or use another job id." % (name, problem, name))
+    if not attrs.get('Internal'):
+        raise EngineError(
+            "Network %s exists and is not --internal, so it routes off this host. Nothing was "
+            "changed. Remove it (docker network rm %s) and create the job network again."
+            % (name, name))
+    actions = []
+    if not proxy_on(attrs, proxy_name):
+        if check_mode:
+            actions.append('attach %s' % proxy_name)
+        else:
+            try:
+                if connect_proxy(client, attrs['Id'], proxy_name):
+                    actions.append('attach %s' % proxy_name)
+            except EngineError as exc:
+                raise EngineError(
+                    "Attaching the proxy %s to the existing network %s failed: %s. The network "
+                    "was left as it was. Start or create the proxy (playbooks/site.yml), then "
+                    "retry." % (proxy_name, name, exc))
+    return JobNetwork(job_id, name, cname, subnet_of(attrs), env, attrs.get('Id'),
+                      changed=bool(actions), actions=actions)
+
+
+def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
+                       prefix=DEFAULT_PREFIX, routes=None, no_proxy=NO_PROXY, check_mode=False,
+                       now=None, owner_host=None):
+    """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
+
+    Idempotent: an existing network of ours that is internal is kept, and the
+    proxy is attached when it is not. An existing network with another job's
+    label, foreign labels, or without --internal is refused (nothing changed).
+    If attaching the proxy fails, the network this call created is removed
+    again and EngineError carries the daemon's reason.
+
+    ``routes``: None reads this host's routes (right for a local daemon);
+    pass ``[]`` (or the daemon host's routes) for a remote daemon.
+    Engine calls on the ordinary path: list networks, create, connect.
+    ``check_mode`` changes nothing and reports what would be done; ``now``
+    (epoch seconds) and ``owner_host`` override the ``created`` and
+    ``owner-host`` labels. Safe to call from several threads of one process
+    (they take subnets in turn) and from several processes (the daemon
+    refuses an overlap and create picks again, up to CREATE_ATTEMPTS times).
+
+    Returns a JobNetwork. Raises JobNetError (bad job id, pool or prefix;
+    nothing touched), PoolExhausted (no free subnet), EngineError (the
+    daemon refused, the name belongs to something else, or the proxy could
+    not be attached) or its subclass EngineUnavailable (the daemon did not
+    answer; retryable).
+    """
+    validate_job_id(job_id)
+    parse_pool(pool, prefix)
+    name = network_name(job_id)
+    env = job_env(proxy_name, proxy_port, no_proxy)
+    cname = container_name(job_id)
+    labels = job_labels(job_id, now=now, host=owner_host)
+
+    if check_mode:
+        nets = list_networks(client)
+        found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, True)
+        if found is not None:
+            return found
+        subnet = allocate_subnet(pool, prefix, taken_subnets(nets, routes))
+        return JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
+                          actions=['create %s (%s)' % (name, subnet), 'attach %s' % proxy_name])
+
+    from docker.types import IPAMConfig, IPAMPool
+
+    net_id = None
+    subnet = None
+    last = None
+    with _ALLOC_LOCK:
+        for _attempt in range(CREATE_ATTEMPTS):
+            nets = list_networks(client)
+            found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, False)
+            if found is not None:
+                return found
+            subnet = allocate_subnet(pool, prefix, taken_subnets(nets, routes))
+            try:
+                resp = client.api.create_network(
+                    name, driver='bridge', internal=True, labels=labels, check_duplicate=True,
+                    ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
+                net_id = resp['Id']
+                break
+            except Exception as exc:
+                if connection_failed(exc):
+                    raise as_engine_error('Creating network %s failed' % name, exc)
+                last = api_message(exc)
+                # Another creator took that subnet, or created this very
+                # network, meanwhile: read again and converge.
+                if _overlap_refused(last) or 'already exists' in last.lower():
+                    continue
+                raise EngineError("Creating network %s (%s) failed: %s. Nothing was created."
+                                  % (name, subnet, last))
+        else:
+            raise EngineError(
+                "Creating network %s failed %d times because what it picked from %s was taken "
+                "meanwhile (%s). Retry, or give job networks a pool nothing else allocates from."
+                % (name, CREATE_ATTEMPTS, pool, last))
+
+    try:
+        connect_proxy(client, net_id, proxy_name)
+    except EngineError as exc:
+        reason = str(exc)
+        try:
+            remove_network(client, net_id)
+            cleanup = 'the network was removed again, nothing is left'
+        except EngineError as rm_exc:
+            cleanup = ('removing the network again ALSO failed (%s): remove it with docker '
+                       'network rm %s' % (rm_exc, name))
+        raise EngineError(
+            "Attaching the proxy %s to %s failed: %s; %s. Start or create the proxy "
+            "(playbooks/site.yml), check it with the egress_preflight module, then retry."
+            % (proxy_name, name, reason, cleanup))
+    return JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
+                      actions=['create %s (%s)' % (name, subnet), 'attach %s' % proxy_name])
+
+
+def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False):
+    """Detach the proxy (forced), then remove ``pi-job-<id>-net``.
+
+    Refuses, changing nothing, while any container other than the proxy is
+    still running on the network: stop and remove the job container first.
+    Never removes a container. Returns dict(changed, network, actions).
+
+    Idempotent: a network that is not there returns changed=False. Raises
+    JobNetError (bad job id), EngineError (a container, running or stopped,
+    is still on the network; the network is another job's or foreign; the
+    daemon refused) or EngineUnavailable (the daemon did not answer).
+    """
+    validate_job_id(job_id)
+    name = network_name(job_id)
+    attrs = inspect_job_network(client, name)
+    if attrs is None:
+        return dict(changed=False, network=name, actions=[])
+    problem = _ownership_problem(attrs, job_id)
+    if problem:
+        raise EngineError("Network %s is not this job's: %s. Nothing was changed." % (name, problem))
+    # A stopped or created container is configured on the network without an
+    # active endpoint (so it is not in the inspect's Containers); removing the
+    # network would leave it unable to start. One filtered listing finds both.
+    try:
+        configured = client.api.containers(all=True, filters={'network': attrs['Id']})
+    except Exception as exc:
+        raise as_engine_error('Listing the containers on %s failed' % name, exc)
+    listed = dict((summary_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
+    for cid, endpoint in (attrs.get('Containers') or {}).items():
+        listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'endpoint')
+    others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if n != proxy_name)
+    if others:
+        first = others[0].split(' ')[0]
+        raise EngineError(
+            "Network %s still has %s on it. Nothing was changed. Stop and remove the job "
+            "container first (docker stop %s && docker rm %s), then tear the network down."
+            % (name, ', '.join(others), first, first))
+    actions = (['detach %s' % proxy_name] if proxy_on(attrs, proxy_name) else []) + ['remove %s' % name]
+    if check_mode:
+        return dict(changed=True, network=name, actions=actions)
+    net_id = attrs['Id']
+    try:
+        detached = disconnect(client, proxy_name, net_id)
+    except EngineError as exc:
+        raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
+                          "retry the teardown." % (proxy_name, name, exc))
+    try:
+        removed = remove_network(client, net_id)
+    except EngineError as exc:
+        raise EngineError(
+            "Removing %s failed: %s. If it says the network has active endpoints, docker network "
+            "inspect %s shows what is still on it; stop and remove that container, then retry."
+            % (name, exc, name))
+    done = (['detach %s' % proxy_name] if detached else []) + (['remove %s' % name] if removed else [])
+    return dict(changed=bool(done), network=name, actions=done)
