@@ -192,16 +192,17 @@ def fail(module, exc, result=None, suffix=None):
     module.fail_json(msg=msg, retryable=bool(getattr(exc, 'retryable', False)), **(result or {}))
 
 
-def module_client(module, result=None, suffix=None):
+def module_client(module, result=None, suffix=None, why=None):
     """A connected client for ``module``, or the module fails with a message naming the fix.
 
     The one place modules check the SDK and map connection failures: a missing SDK fails with
-    Ansible's standard missing_required_lib text, a daemon that does not answer with
-    ``retryable=True``.
+    Ansible's standard missing_required_lib text (plus ``why``, when the module needs the SDK
+    only for some of its work), a daemon that does not answer with ``retryable=True``.
     """
     if docker is None:
         from ansible.module_utils.basic import missing_required_lib  # pylint: disable=import-outside-toplevel
-        module.fail_json(msg=missing_required_lib('docker'), exception=DOCKER_IMPORT_ERROR, **(result or {}))
+        msg = missing_required_lib('docker') + (' (%s)' % why if why else '')
+        module.fail_json(msg=msg, exception=DOCKER_IMPORT_ERROR, **(result or {}))
     try:
         return connect_with(module.params)
     except EngineError as exc:

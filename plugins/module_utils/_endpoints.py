@@ -476,6 +476,21 @@ def parse(text, path=FILE_NAME):
     return validate(loads_strict(text, path), path)
 
 
+OPTION_LABEL = 'the endpoints option'
+
+
+def from_items(items, label=OPTION_LABEL):
+    """Validate a declaration given as its list of endpoints (the module's ``endpoints`` option).
+
+    The list is judged as the ``endpoints`` of a version 1 declaration, by
+    :func:`validate`: the same rules, the same problems and the same fixes as
+    the file, with ``label`` where a problem would name the file. Nothing is
+    converted (an item that is not a mapping is refused, not parsed). Returns
+    [Endpoint] sorted by id or raises EndpointsError.
+    """
+    return validate({'version': SUPPORTED_VERSION, 'endpoints': items}, label)
+
+
 def default_path(deploy_dir):
     return os.path.join(deploy_dir, FILE_NAME)
 

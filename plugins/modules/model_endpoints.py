@@ -28,6 +28,11 @@ description:
     refuses them the previous include is written back and nothing is reloaded.
   - A proxy that does not exist or is not running is not reloaded; the file is still written (the proxy
     reads it when it starts) and a warning says so.
+  - The declaration is the file (I(declaration)) or, with I(endpoints), a list given to the module; both
+    are validated by the same rules, with the same messages.
+  - With I(state=validated) the module only validates the declaration, renders it and checks the include it
+    would write, and reports, whether or not in check mode; it writes nothing, reloads nothing and never
+    contacts the daemon.
 author:
   - pi-dispatch egress team (@pi-dispatch)
 attributes:
@@ -48,8 +53,32 @@ options:
       - The declaration file. Unset means C(<deploy_dir>/model-endpoints.json), and a missing default file
         means nothing is declared. A file named here must exist.
       - The include is always C(<deploy_dir>/model-endpoints.conf), wherever the declaration lives.
+      - Mutually exclusive with I(endpoints).
     type: path
     aliases: [endpoints_file]
+  endpoints:
+    description:
+      - The declaration given as its list of endpoints instead of a file, each a mapping with C(id),
+        C(host), C(port), C(slots) and optionally C(keyless) (the C(endpoints) of a version 1
+        C(model-endpoints.json)). An empty list declares nothing.
+      - Validated by the same rules as the file, with the same messages; a problem names
+        C(the endpoints option) where it would name the file. Nothing is converted or defaulted; an item
+        that is not a mapping is refused with the declaration's message rather than converted by Ansible,
+        which is why the elements are C(raw).
+      - The declaration file is neither read nor written; to keep it in step, write it yourself after
+        validating with I(state=validated), as the C(pi_dispatch.egress.endpoints) role does.
+      - Mutually exclusive with I(declaration).
+    type: list
+    elements: raw
+  state:
+    description:
+      - C(present) validates, renders, writes the include when it differs and reloads the proxy.
+      - C(validated) validates the declaration, renders it and checks the include (it must exist and be a
+        regular file), then reports C(endpoints) and C(include_changed) (whether a render would change it)
+        with C(changed=false); it writes nothing and reloads nothing, and I(reload) is not used.
+    type: str
+    choices: [present, validated]
+    default: present
   proxy_name:
     description: The proxy container to reload.
     type: str
@@ -83,6 +112,19 @@ EXAMPLES = r'''
     deploy_dir: /opt/pi-dispatch/egress
   check_mode: true
   diff: true
+
+- name: Validate a declaration given as a list (writes nothing, reloads nothing)
+  pi_dispatch.egress.model_endpoints:
+    deploy_dir: /opt/pi-dispatch/egress
+    endpoints:
+      - {id: mac-ollama, host: host.docker.internal, port: 11434, slots: 2, keyless: true}
+    state: validated
+
+- name: Render a declaration given as a list and reload the proxy (model-endpoints.json is left as it is)
+  pi_dispatch.egress.model_endpoints:
+    deploy_dir: /opt/pi-dispatch/egress
+    endpoints:
+      - {id: lan-vllm, host: 192.168.1.20, port: 8000, slots: 4}
 '''
 
 RETURN = r'''
@@ -94,7 +136,9 @@ endpoints:
   sample: [{id: mac-ollama, host: host.docker.internal, port: 11434, slots: 2, keyless: true,
             kind: name, address: "host.docker.internal:11434"}]
 declaration:
-  description: The declaration file read, and whether it exists (a missing default file declares nothing).
+  description:
+    - The declaration file read, and whether it exists (a missing default file declares nothing).
+    - With I(endpoints), no file is read; C(path) is null and C(exists) false.
   returned: always
   type: dict
   sample: {path: /opt/pi-dispatch/egress/model-endpoints.json, exists: true}
@@ -104,7 +148,8 @@ include:
   type: str
   sample: /opt/pi-dispatch/egress/model-endpoints.conf
 include_changed:
-  description: Whether the include's content differs from the render (and, outside check mode, was written).
+  description: Whether the include's content differs from the render (and, outside check mode and with
+    I(state=present), was written).
   returned: always
   type: bool
 inode:
@@ -115,8 +160,16 @@ reloaded:
   description: Whether the proxy was reloaded (in check mode, whether it would be).
   returned: always
   type: bool
+loaded:
+  description:
+    - What squid read at the reload, from the reload path every writer of a file squid reads shares (allowlist and
+      includes validated, C(squid -k parse), C(squid -k reconfigure)). C(parsed) and C(reconfigured) are the steps
+      done; C(files) maps each source file to its sha256.
+  returned: when the proxy was reloaded
+  type: dict
 reload_skipped:
-  description: Why no reload ran although the include changed (reload disabled, proxy missing or not running).
+  description: Why no reload ran although the include changed (reload disabled, proxy missing or not running,
+    or C(state is validated)).
   returned: always
   type: str
   sample: proxy pi-dispatch-egress-proxy is not running (exited)
@@ -135,15 +188,16 @@ problems:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _inplace
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
-PARSE_CMD = _proxy.PARSE_CMD
+PARSE_CMD = _reload.PARSE_CMD
 RECONFIGURE_CMD = ['squid', '-k', 'reconfigure', '-f', _rules.CONTAINER_RULES]
 
 
@@ -169,22 +223,28 @@ def _mount_warning(container, include):
 
 def main():
     argument_spec = dict(
-        deploy_dir=dict(type='path', default='/opt/pi-dispatch/egress'),
+        deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         declaration=dict(type='path', aliases=['endpoints_file']),
+        endpoints=dict(type='list', elements='raw'),
+        state=dict(type='str', default='present', choices=['present', 'validated']),
         proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
         reload=dict(type='bool', default=True),
     )
-    argument_spec.update(dc.DOCKER_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec),
+                           mutually_exclusive=[('declaration', 'endpoints')], supports_check_mode=True)
     p = module.params
-    deploy_dir = os.path.normpath(p['deploy_dir'])
+    layout = _deployment.module_layout(module)
+    deploy_dir = layout.deploy_dir
     include = _endpoints.include_path(deploy_dir)
     result = dict(changed=False, endpoints=[], declaration=dict(path=None, exists=False), include=include,
                   include_changed=False, inode=None, reloaded=False, reload_skipped='', actions=[])
 
-    # 1. declare: read and validate (refuse, never repair).
+    # 1. declare: read and validate (refuse, never repair), from the file or the endpoints option.
     try:
-        endpoints, decl_path, exists = _endpoints.load(deploy_dir, p['declaration'])
+        if p['endpoints'] is not None:
+            endpoints, decl_path, exists = _endpoints.from_items(p['endpoints']), None, False
+        else:
+            endpoints, decl_path, exists = _endpoints.load(deploy_dir, p['declaration'])
     except _endpoints.EndpointsError as exc:
         module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
     result['endpoints'] = _endpoints.summary(endpoints)
@@ -197,9 +257,9 @@ def main():
         module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
     empty_text = _endpoints.render_include([])
     try:
-        st = _inplace.check_target(include)
-        current = _inplace.read(include)
-    except _inplace.InPlaceError as exc:
+        st = _files.check_target(include)
+        current = _files.read(include)
+    except _files.InPlaceError as exc:
         module.fail_json(msg=str(exc), **result)
     except OSError as exc:
         module.fail_json(msg='Cannot read %s: %s' % (include, exc), **result)
@@ -208,20 +268,24 @@ def main():
     result['include_changed'] = changed
     result['changed'] = changed
 
+    # state=validated: report what a render would do; write, reload and contact nothing.
+    if p['state'] == 'validated':
+        result['changed'] = False
+        result['reload_skipped'] = 'state is validated' if changed else ''
+        module.exit_json(**result)
+
     # 3. decide the reload before anything is written.
     container = None
     warnings = []
     if changed and not p['reload']:
         result['reload_skipped'] = 'reload is false'
     elif changed:
-        if dc.docker is None:
-            module.fail_json(msg=missing_required_lib('docker') + ' (needed to reload the proxy; set reload: '
-                             'false to only render)', exception=dc.DOCKER_IMPORT_ERROR, **result)
+        client = dc.module_client(module, result, suffix='Nothing was written.',
+                                  why='needed to reload the proxy; set reload: false to only render')
         try:
-            client = dc.connect(p['docker_host'], p['docker_timeout'])
             container = dc.get_container(client, p['proxy_name'])
         except dc.EngineError as exc:
-            module.fail_json(msg='%s Nothing was written.' % exc, retryable=exc.retryable, **result)
+            dc.fail(module, exc, result, suffix='Nothing was written.')
         if container is None:
             result['reload_skipped'] = 'proxy %s does not exist' % p['proxy_name']
         elif container.status != 'running':
@@ -252,23 +316,23 @@ def main():
         result['reloaded'] = True
     if changed and not module.check_mode:
         try:
-            written = _inplace.write_in_place(include, new_text, fallback=empty_text)
-        except _inplace.InPlaceError as exc:
+            written = _files.write_in_place(include, new_text, fallback=empty_text)
+        except _files.InPlaceError as exc:
             result['reloaded'] = False
             module.fail_json(msg=str(exc), **result)
         result['inode'] = written['inode']
         if container is not None:
             try:
-                _proxy.reconfigure(container)
-            except _proxy.ParseRefused as exc:
+                result['loaded'] = _reload.reload(container, layout.paths)
+            except _reload.ParseRefused as exc:
                 try:
-                    _inplace.write_in_place(include, current, fallback=empty_text)
+                    _files.write_in_place(include, current, fallback=empty_text)
                     put_back = 'The previous include was written back'
-                except _inplace.InPlaceError as exc2:
+                except _files.InPlaceError as exc2:
                     put_back = 'Writing the previous include back failed too (%s)' % exc2
                 result['reloaded'] = False
                 module.fail_json(msg='%s %s.' % (exc, put_back), **result)
-            except (_proxy.ProxyError, dc.EngineError) as exc:
+            except (_reload.ProxyError, dc.EngineError) as exc:
                 result['reloaded'] = False
                 module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k '
                                      'reconfigure.' % (exc, p['proxy_name']), **result)

@@ -83,3 +83,107 @@ def test_a_wrong_type_fails_at_the_argument_check_naming_the_variable(tmp_path, 
     tasks = [line for line in out.splitlines() if line.startswith('TASK [')]
     assert len(tasks) == 1 and 'Validating arguments' in tasks[0], tasks  # nothing ran after the check
     assert variable in out.split(tasks[0], 1)[1], out
+
+
+# --- every variable a role reads is in its argument spec -------------------------------
+
+ROLE_VARIABLE = re.compile(r'\b((?:egress|doctor|gc)_[a-z0-9_]+)\b')
+BARE_EXPRESSION_KEYS = ('when', 'failed_when', 'changed_when', 'that', 'until')
+
+
+def _expressions(node, key=None):
+    """Every templated string (and bare conditional) of a parsed task file."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            for text in _expressions(v, k):
+                yield text
+    elif isinstance(node, list):
+        for item in node:
+            for text in _expressions(item, key):
+                yield text
+    elif isinstance(node, str) and ('{{' in node or '{%' in node or key in BARE_EXPRESSION_KEYS):
+        yield node
+
+
+def _set_here(node):
+    """Names a task file defines itself: registered results, set_fact keys, task and include vars."""
+    names = set()
+    if isinstance(node, dict):
+        if isinstance(node.get('register'), str):
+            names.add(node['register'])
+        for key in ('ansible.builtin.set_fact', 'set_fact', 'vars'):
+            if isinstance(node.get(key), dict):
+                names.update(node[key])
+        for value in node.values():
+            names |= _set_here(value)
+    elif isinstance(node, list):
+        for item in node:
+            names |= _set_here(item)
+    return names
+
+
+def _all_tasks():
+    out = {}
+    for path in glob.glob(os.path.join(ROOT, 'roles', '*', 'tasks', '*.yml')):
+        with open(path) as handle:
+            out[path] = yaml.safe_load(handle) or []
+    return out
+
+
+@pytest.mark.parametrize('role', ROLES)
+def test_every_variable_a_role_reads_is_in_its_argument_spec(role):
+    tasks = _all_tasks()
+    defined = set()
+    for parsed in tasks.values():  # results registered by an included role's tasks count too
+        defined |= _set_here(parsed)
+    read = set()
+    for path, parsed in tasks.items():
+        if os.sep + os.path.join('roles', role, 'tasks') + os.sep in path:
+            for text in _expressions(parsed):
+                read.update(ROLE_VARIABLE.findall(text))
+    for path in glob.glob(os.path.join(ROOT, 'roles', role, 'templates', '*.j2')):
+        with open(path) as handle:
+            for block in re.findall(r'\{\{.*?\}\}|\{%.*?%\}', handle.read(), re.S):
+                read.update(ROLE_VARIABLE.findall(block))
+    options = yaml.safe_load(_read(role, 'meta', 'argument_specs.yml'))['argument_specs']['main']['options']
+    missing = sorted(read - defined - set(options))
+    assert missing == [], '%s reads variables its argument spec does not list: %s' % (role, missing)
+
+
+DEPRECATED_ALIASES = [
+    ('doctor', 'doctor_deploy_dir', 'egress_deploy_dir'),
+    ('doctor', 'doctor_proxy_name', 'egress_proxy_name'),
+    ('doctor', 'doctor_job_network_pool', 'egress_job_network_pool'),
+    ('doctor', 'doctor_firewall_chain_prefix', 'egress_firewall_chain_prefix'),
+    ('doctor', 'doctor_docker_host', 'egress_docker_host'),
+    ('gc', 'gc_proxy_name', 'egress_proxy_name'),
+    ('gc', 'gc_docker_host', 'egress_docker_host'),
+]
+
+
+@pytest.mark.parametrize('role, old, new', DEPRECATED_ALIASES)
+def test_a_deprecated_alias_is_documented_has_no_default_and_wins(role, old, new):
+    """The old name stays undefined unless set (so setting it is seen), and the tasks prefer it to the new one."""
+    defaults = yaml.safe_load(_read(role, 'defaults', 'main.yml')) or {}
+    options = yaml.safe_load(_read(role, 'meta', 'argument_specs.yml'))['argument_specs']['main']['options']
+    assert old not in defaults and 'default' not in options[old]
+    assert 'Deprecated alias of %s' % new in options[old]['description']
+    assert new in options
+    tasks = _read(role, 'tasks', 'main.yml')
+    assert '%s | default(%s)' % (old, new) in tasks
+    assert '%s: %s' % (old, new) in tasks  # the deprecation warning's table
+    with open(os.path.join(ROOT, 'docs', 'reference.md')) as handle:
+        assert '| `%s` | `%s` |' % (old, new) in handle.read()
+
+
+NEW_ROLE_WRONG_TYPES = [
+    ('endpoints', 'egress_model_endpoints_reload', 'perhaps'),
+    ('endpoints', 'egress_model_endpoints', {'id': 'not-a-list'}),
+    ('gc', 'gc_min_age', 'soon'),
+    ('gc', 'gc_fail_on_failed', 'sometimes'),
+]
+
+
+@pytest.mark.parametrize('role, variable, value', NEW_ROLE_WRONG_TYPES)
+def test_a_wrong_type_stops_the_new_roles_at_the_argument_check(tmp_path, role, variable, value):
+    test_a_wrong_type_fails_at_the_argument_check_naming_the_variable(tmp_path, role, variable, value)

@@ -297,3 +297,102 @@ def test_render_accepts_dicts():
 def test_deployment_empty_include_uses_render():
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
     assert _deployment.empty_include() == E.render_include([])
+
+
+# --- the declaration given as a list (model_endpoints' endpoints option) -------------
+
+def _option_cases():
+    """Every table case whose file is a version 1 object with an endpoints list: the list alone."""
+    cases = []
+    for name, text, _want in VALID:
+        data = json.loads(text)
+        cases.append((name, data['endpoints']))
+    for name, text, _key, _shown, _rule in INVALID:
+        try:
+            data = E.loads_strict(text)
+        except E.EndpointsError:
+            continue  # not JSON: a file-only problem
+        if (isinstance(data, dict) and sorted(data) == ['endpoints', 'version'] and data['version'] == 1
+                and isinstance(data['endpoints'], list)):
+            cases.append((name, data['endpoints']))
+    return cases
+
+
+OPTION_CASES = _option_cases()
+
+
+def test_option_cases_cover_the_endpoint_rules():
+    assert len(OPTION_CASES) >= 70
+
+
+@pytest.mark.parametrize('name,items', OPTION_CASES, ids=[c[0] for c in OPTION_CASES])
+def test_from_items_judges_like_the_file(name, items):
+    """Same endpoints, or the same problems with the same rules and fixes; only the label differs."""
+    text = json.dumps(dict(version=1, endpoints=items))
+    try:
+        want = E.parse(text, path='/d/model-endpoints.json')
+    except E.EndpointsError as exc:
+        with pytest.raises(E.EndpointsError) as info:
+            E.from_items(items)
+        got = info.value
+        assert [dict(p.as_dict(), path=None, message=None) for p in got.problems] == \
+            [dict(p.as_dict(), path=None, message=None) for p in exc.problems]
+        assert [str(p) for p in got.problems] == \
+            [str(p).replace('/d/model-endpoints.json', E.OPTION_LABEL, 1) for p in exc.problems]
+        assert str(got) == str(exc).replace('/d/model-endpoints.json', E.OPTION_LABEL)
+        assert all(p.path == E.OPTION_LABEL for p in got.problems)
+    else:
+        assert E.from_items(items) == want
+
+
+def test_from_items_names_the_option_and_the_endpoint():
+    with pytest.raises(E.EndpointsError) as info:
+        E.from_items([ep(id='mac-ollama', host='127.0.0.1')])
+    message = str(info.value)
+    assert message.startswith('the endpoints option is refused (1 problem); nothing was rendered or changed:')
+    assert 'the endpoints option: endpoint 0 (id "mac-ollama"): key "host" = "127.0.0.1": is 127.0.0.1' in message
+
+
+@pytest.mark.parametrize('item,rule', [
+    ('id=a host=h.test port=1 slots=1', 'must be an object, not a string'),
+    ('{"id": "a", "host": "h.test", "port": 1, "slots": 1}', 'must be an object, not a string'),
+    (['a'], 'must be an object, not a list'),
+    (7, 'must be an object, not an integer'),
+    (None, 'must be an object, not null'),
+])
+def test_from_items_refuses_an_item_that_is_not_a_mapping_never_parses_it(item, rule):
+    with pytest.raises(E.EndpointsError) as info:
+        E.from_items([item])
+    (problem,) = info.value.problems
+    assert problem.index == 0 and problem.key is None and rule in str(problem)
+
+
+@pytest.mark.parametrize('items,rule', [
+    ('mac-ollama', 'must be a list, not a string'),
+    ({'id': 'a'}, 'must be a list, not an object'),
+])
+def test_from_items_refuses_what_is_not_a_list(items, rule):
+    with pytest.raises(E.EndpointsError) as info:
+        E.from_items(items)
+    (problem,) = info.value.problems
+    assert problem.key == 'endpoints' and rule in str(problem)
+
+
+def test_from_items_nothing_converted_or_defaulted():
+    with pytest.raises(E.EndpointsError) as info:
+        E.from_items([ep(port='11434', slots=Ellipsis)])
+    assert sorted(p.key for p in info.value.problems) == ['port', 'slots']
+
+
+def test_from_items_empty_list_declares_nothing_and_renders_the_header():
+    assert E.from_items([]) == []
+    assert E.render_include(E.from_items([])) == E.INCLUDE_HEADER
+
+
+def test_from_items_renders_like_the_file(tmp_path):
+    items = [ep(id='mac-ollama', keyless=True), ep(id='lan-vllm', host='192.168.1.20', port=8000, slots=4)]
+    path = tmp_path / 'model-endpoints.json'
+    path.write_text(json.dumps(dict(version=1, endpoints=items)))
+    from_file = E.load(str(tmp_path))[0]
+    assert E.render_include(E.from_items(items)) == E.render_include(from_file)
+    assert E.summary(E.from_items(items)) == E.summary(from_file)
