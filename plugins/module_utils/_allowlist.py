@@ -18,6 +18,8 @@ __metaclass__ = type
 import re
 import traceback
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _hostnames
+
 PSL_IMPORT_ERROR = None
 try:
     import publicsuffixlist
@@ -25,15 +27,11 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching in the uni
     publicsuffixlist = None
     PSL_IMPORT_ERROR = traceback.format_exc()
 
-MAX_NAME = 253
-MAX_LABEL = 63
-
-_LABEL = re.compile(r'^[a-z0-9]([a-z0-9-]*[a-z0-9])?$')
-_IPV4 = re.compile(r'^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
-                   r'(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$')
+MAX_NAME = _hostnames.MAX_NAME
+MAX_LABEL = _hostnames.MAX_LABEL
 
 # Names that reach the host running the proxy, and suffixes that cover them.
-HOST_NAMES = ('host.docker.internal', 'host.containers.internal')
+HOST_NAMES = _hostnames.HOST_NAMES
 
 
 # The fix printed for an entry that covers a whole public suffix or is one label.
@@ -137,24 +135,24 @@ def classify_entry(entry):
         return ('ends with a dot', 'remove the trailing dot')
     if len(body) > MAX_NAME:
         return ('is longer than %d characters' % MAX_NAME, 'shorten the name; no DNS name is that long')
-    if _IPV4.match(body):
+    if _hostnames.is_ipv4(body):
         if entry.startswith('.'):
             return ('puts a leading dot before an IP address', 'write the address without the dot')
         return None
-    labels = body.split('.')
-    for label in labels:
-        if not label:
-            return ('has an empty label (two dots in a row)', 'remove the extra dot')
-        if len(label) > MAX_LABEL:
-            return ('has a label longer than %d characters (%s...)' % (MAX_LABEL, label[:12]),
-                    'no DNS label is longer than 63 characters; check the name')
-        if not _LABEL.match(label.lower()):
-            return ('label %r is not a hostname label (letters, digits and inner hyphens only)' % label,
-                    'write a plain DNS hostname')
-    if labels[-1].isdigit():
-        return ('ends in a numeric label but is not an IPv4 address',
-                'write a full dotted-quad IPv4 address or a DNS name')
-    return None
+    problem = _hostnames.name_problem(body)
+    if problem is None:
+        return None
+    code, label = problem
+    if code == _hostnames.EMPTY_LABEL:
+        return ('has an empty label (two dots in a row)', 'remove the extra dot')
+    if code == _hostnames.LONG_LABEL:
+        return ('has a label longer than %d characters (%s...)' % (MAX_LABEL, label[:12]),
+                'no DNS label is longer than 63 characters; check the name')
+    if code == _hostnames.BAD_LABEL:
+        return ('label %r is not a hostname label (letters, digits and inner hyphens only)' % label,
+                'write a plain DNS hostname')
+    return ('ends in a numeric label but is not an IPv4 address',
+            'write a full dotted-quad IPv4 address or a DNS name')
 
 
 def public_suffix_covered(entry):
@@ -178,7 +176,7 @@ def public_suffix_covered(entry):
     body = body.lower()
     if not body:
         return '.'
-    if _IPV4.match(body):
+    if _hostnames.is_ipv4(body):
         return None
     labels = body.split('.')
     if len(labels) == 1:

@@ -33,6 +33,10 @@ import json
 import os
 import re
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _hostnames
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._endpoint_hosts import (  # noqa: F401 pylint: disable=unused-import
+    METADATA_ADDRESSES, REFUSED_V4, REFUSED_V6, HostRefused, classify_host)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._endpoint_hosts import type_name as _type_name
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 
 SUPPORTED_VERSION = 1
@@ -46,23 +50,10 @@ REQUIRED_ENDPOINT_KEYS = ('id', 'host', 'port', 'slots')
 MIN_SLOTS = 1
 MAX_SLOTS = 64
 MAX_ID = 32
-MAX_NAME = 253
-MAX_LABEL = 63
+MAX_NAME = _hostnames.MAX_NAME
+MAX_LABEL = _hostnames.MAX_LABEL
 
 ID_RE = re.compile(r'^[a-z0-9-]{1,32}$')
-_LABEL = re.compile(r'^[a-z0-9]([a-z0-9-]*[a-z0-9])?$')
-_IPV4 = re.compile(r'^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
-                   r'(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$')
-
-# Addresses that inside the proxy are the proxy itself (or, for 10.0.2.2,
-# slirp4netns's alias of the host's loopback). Link-local stays allowed:
-# podman's host.containers.internal is 169.254.1.2.
-REFUSED_V4 = (ipaddress.ip_network('127.0.0.0/8'), ipaddress.ip_network('0.0.0.0/32'),
-              ipaddress.ip_network('10.0.2.2/32'))
-REFUSED_V6 = (ipaddress.ip_address('::1'), ipaddress.ip_address('::'))
-
-# Cloud metadata services: never a model server, as a literal or as what a name resolves to.
-METADATA_ADDRESSES = ('169.254.169.254', '100.100.100.200', 'fd00:ec2::254')
 
 # What a declared *name* must not resolve to (the render's own ACL): this
 # host's loopback, slirp4netns's host alias, the metadata addresses, and the
@@ -182,132 +173,9 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _type_name(value):
-    if value is None:
-        return 'null'
-    if isinstance(value, bool):
-        return 'a boolean'
-    if isinstance(value, int):
-        return 'an integer'
-    if isinstance(value, float):
-        return 'a number with a fraction or exponent'
-    if isinstance(value, str):
-        return 'a string'
-    if isinstance(value, list):
-        return 'a list'
-    if isinstance(value, dict):
-        return 'an object'
-    return type(value).__name__
-
-
 def bracketed(host, kind=None):
     kind = kind or classify_host(host)[1]
     return '[%s]' % host if kind == 'ipv6' else host
-
-
-# --- host ------------------------------------------------------------------------
-
-class HostRefused(ValueError):
-    def __init__(self, rule, fix):
-        super(HostRefused, self).__init__(rule)
-        self.rule = rule
-        self.fix = fix
-
-
-_NO_SELF = ('inside the proxy that is the proxy itself, not your machine',
-            'declare the address the proxy dials to reach the server: host.docker.internal on Docker '
-            '(server listening on the bridge gateway or 0.0.0.0), host.containers.internal on rootless '
-            'Podman, or the LAN name or address of the machine')
-
-
-_METADATA = ('is a cloud metadata address, which hands out the machine\'s credentials and is never a model '
-             'server', 'remove the endpoint, or declare the address the model server really listens on')
-
-
-def classify_host(host):
-    """Return (canonical host, kind) for a valid endpoint host, else raise HostRefused.
-
-    kind is ``name``, ``ipv4`` or ``ipv6``. Refuses loopback and this-host
-    addresses and names; link-local addresses are allowed.
-    """
-    if not isinstance(host, str):
-        raise HostRefused('must be a string (a DNS name or an IP address), not %s' % _type_name(host),
-                          'write the host as a JSON string, e.g. "host.docker.internal"')
-    if not host:
-        raise HostRefused('must not be empty', 'write the DNS name or IP address the proxy dials')
-    if any(ord(c) <= 32 or ord(c) == 127 for c in host):
-        raise HostRefused('contains whitespace or a control character', 'write the bare name or address')
-    if any(ord(c) > 127 for c in host):
-        raise HostRefused('contains a non-ASCII character',
-                          'write an internationalised name in its xn-- (punycode) form')
-    if '://' in host or '/' in host or '@' in host or '?' in host or '#' in host:
-        raise HostRefused('is a URL or has a path, user or query part, not a bare host',
-                          'write only the host name or address; the port goes in "port"')
-    if host.startswith('['):
-        if host.endswith(']'):
-            raise HostRefused('is a bracketed IPv6 literal',
-                              'write the IPv6 address without brackets (the render adds them)')
-        raise HostRefused('is host:port (a bracketed address followed by a port)',
-                          'put only the address in "host" (without brackets) and the port in "port"')
-    if ':' in host:
-        return _classify_ipv6(host)
-    lowered = host.lower()
-    if lowered.endswith('.'):
-        raise HostRefused('ends with a dot', 'remove the trailing dot')
-    if _IPV4.match(lowered):
-        address = ipaddress.IPv4Address(lowered)
-        if lowered in METADATA_ADDRESSES:
-            raise HostRefused(*_METADATA)
-        for net in REFUSED_V4:
-            if address in net:
-                raise HostRefused('is %s (in %s): %s' % (lowered, net, _NO_SELF[0]), _NO_SELF[1])
-        return lowered, 'ipv4'
-    if len(lowered) > MAX_NAME:
-        raise HostRefused('is longer than %d characters' % MAX_NAME, 'no DNS name is that long; check the name')
-    labels = lowered.split('.')
-    for label in labels:
-        if not label:
-            raise HostRefused('has an empty label (a leading dot or two dots in a row)',
-                              'write a plain DNS name: no leading dot, no wildcard')
-        if len(label) > MAX_LABEL:
-            raise HostRefused('has a label longer than %d characters (%s...)' % (MAX_LABEL, label[:12]),
-                              'no DNS label is longer than 63 characters; check the name')
-        if not _LABEL.match(label):
-            raise HostRefused('label %s is not a DNS label (letters, digits and inner hyphens only)'
-                              % json.dumps(label), 'write a plain DNS name (no *, _ or other characters)')
-    if labels[-1].isdigit():
-        if all(label.isdigit() for label in labels):
-            raise HostRefused('is not a strict dotted-decimal IPv4 address (four numbers 0-255, '
-                              'no leading zeros)', 'write the address as four decimal numbers, e.g. 192.168.1.20')
-        raise HostRefused('ends in a numeric label, which no DNS name does',
-                          'write a DNS name whose last label is not a number, or an IPv4 address')
-    if lowered == 'localhost' or lowered.endswith('.localhost'):
-        raise HostRefused('is %s, a loopback name: %s' % (lowered, _NO_SELF[0]), _NO_SELF[1])
-    return lowered, 'name'
-
-
-def _classify_ipv6(host):
-    if '%' in host:
-        raise HostRefused('has an IPv6 zone id (a percent sign and an interface after the address)',
-                          'write the address without the zone id; the proxy cannot use one')
-    if host.count(':') == 1:
-        raise HostRefused('is host:port', 'put only the host in "host" and the port in "port"')
-    try:
-        address = ipaddress.IPv6Address(host)
-    except ValueError:
-        last = host.rsplit(':', 1)[-1]
-        if '.' in host.rsplit(':', 1)[0] and last.isdigit():
-            raise HostRefused('is host:port', 'put only the host in "host" and the port in "port"')
-        raise HostRefused('is not a valid IPv6 address',
-                          'write a valid IPv6 literal, a strict dotted-decimal IPv4 address or a DNS name')
-    if address.ipv4_mapped is not None:
-        raise HostRefused('is an IPv4-mapped IPv6 address (::ffff:a.b.c.d)',
-                          'write the IPv4 address %s itself' % address.ipv4_mapped)
-    if address.compressed in METADATA_ADDRESSES:
-        raise HostRefused(*_METADATA)
-    if address in REFUSED_V6:
-        raise HostRefused('is %s: %s' % (address.compressed, _NO_SELF[0]), _NO_SELF[1])
-    return address.compressed, 'ipv6'
 
 
 # --- parse -----------------------------------------------------------------------
