@@ -52,6 +52,14 @@ options:
     description: The key of I(client_cert) (docker's C(key.pem)).
     type: path
     aliases: [tls_client_key]
+requirements:
+  - Docker SDK for Python >= 7.0 on the target (the Python that runs the module).
+attributes:
+  action_group:
+    description: Use C(group/pi_dispatch.egress.docker) in C(module_defaults) to set the connection options once.
+    support: full
+    membership:
+      - pi_dispatch.egress.docker
 notes:
   - Every daemon failure names the daemon and what to do; a failure caused by a daemon that did not answer returns
     C(retryable=true), and nothing was changed.

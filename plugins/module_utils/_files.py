@@ -162,6 +162,23 @@ def _read_fd(fd):
     return b''.join(chunks)
 
 
+def _temp_beside(path, content, mode, owner=None):
+    """A temporary file in ``path``'s folder holding ``content`` (fsynced, ``mode``, ``owner``'s uid/gid)."""
+    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(content)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            if owner is not None:
+                keep_owner(handle.fileno(), owner)
+            os.fsync(handle.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
 def create_exclusive(path, content, mode=0o644):
     """Create ``path`` with ``content`` unless it exists. True when created.
 
@@ -169,14 +186,8 @@ def create_exclusive(path, content, mode=0o644):
     hard-linked to the target name, so a concurrent writer or an existing file always wins and a
     reader never sees half a file. Raises WriteError when the link fails for another reason.
     """
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    tmp = _temp_beside(path, content, mode)
     try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
         try:
             os.link(tmp, path)
         except OSError as exc:
@@ -214,21 +225,11 @@ def write_atomic(path, content, like=None):
     The new file takes the mode and owner of ``like`` (default ``path`` itself) when it exists.
     """
     st = os.lstat(like or path) if os.path.lexists(like or path) else None
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    tmp = _temp_beside(path, content, stat.S_IMODE(st.st_mode) if st is not None else 0o644, owner=st)
     try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-            handle.flush()
-            if st is not None:
-                os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))
-                keep_owner(handle.fileno(), st)
-            else:
-                os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
         os.rename(tmp, path)
         tmp = None
-        fsync_dir(directory)
+        fsync_dir(os.path.dirname(path))
     finally:
         if tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)

@@ -101,7 +101,6 @@ options:
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
-  - Docker SDK for Python >= 7.0
   - iptables (iptables-nft or iptables-legacy), run as root
 seealso:
   - module: pi_dispatch.egress.job_network

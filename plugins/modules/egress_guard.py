@@ -66,8 +66,6 @@ options:
     default: true
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
-requirements:
-  - Docker SDK for Python >= 7.0
 seealso:
   - module: pi_dispatch.egress.egress_proxy
   - module: pi_dispatch.egress.model_endpoints

@@ -91,7 +91,6 @@ options:
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
-  - Docker SDK for Python >= 7.0
   - debootstrap on the target, when I(base_build=debootstrap) has to build the base
 '''
 

@@ -76,7 +76,6 @@ options:
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
-  - Docker SDK for Python >= 7.0
   - Docker Engine API >= 1.41
 seealso:
   - module: pi_dispatch.egress.job_network_gc

@@ -58,8 +58,6 @@ options:
     default: false
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
-requirements:
-  - Docker SDK for Python >= 7.0
 seealso:
   - module: pi_dispatch.egress.job_network
 '''

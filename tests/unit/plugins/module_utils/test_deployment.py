@@ -212,18 +212,8 @@ def test_layout_refuses_a_symlinked_folder(tmp_path):
     _deployment.Layout(str(real)).check_folders()
 
 
-class _Module(object):
-    def __init__(self, params):
-        self.params = params
-        self.failed = None
-
-    def fail_json(self, **kwargs):
-        self.failed = kwargs
-        raise SystemExit(1)
-
-
-def test_module_layout_fails_naming_the_option_and_changes_nothing():
-    module = _Module(dict(deploy_dir='egress'))
+def test_module_layout_fails_naming_the_option_and_changes_nothing(fake_module):
+    module = fake_module(dict(deploy_dir='egress'))
     with pytest.raises(SystemExit):
         _deployment.module_layout(module, result=dict(changed=False))
     assert module.failed['msg'] == ("deploy_dir 'egress' is not an absolute path; give the full path. "

@@ -129,21 +129,11 @@ def test_read_retries_a_transient_failure_then_maps_the_error():
     assert caught.value.retryable is False
 
 
-class _FakeModule(object):
-    def __init__(self, params):
-        self.params = params
-        self.failed = None
-
-    def fail_json(self, **kwargs):
-        self.failed = kwargs
-        raise SystemExit(1)
-
-
 @pytest.mark.skipif(dc.docker is None, reason='needs the Docker SDK')
-def test_module_client_fails_with_the_fix_and_retryable_for_a_silent_daemon(tmp_path):
+def test_module_client_fails_with_the_fix_and_retryable_for_a_silent_daemon(tmp_path, fake_module):
     params = dict((key, None) for key in dc.CONNECTION_KEYS)
     params.update(docker_host='unix://%s' % (tmp_path / 'no.sock'), docker_timeout=2, docker_retries=0)
-    module = _FakeModule(params)
+    module = fake_module(params)
     with pytest.raises(SystemExit):
         dc.module_client(module, dict(changed=False), suffix='Nothing was written.')
     assert module.failed['retryable'] is True
@@ -153,10 +143,10 @@ def test_module_client_fails_with_the_fix_and_retryable_for_a_silent_daemon(tmp_
 
 
 @pytest.mark.skipif(dc.docker is None, reason='needs the Docker SDK')
-def test_module_client_refuses_bad_tls_options_before_connecting():
+def test_module_client_refuses_bad_tls_options_before_connecting(fake_module):
     params = dict((key, None) for key in dc.CONNECTION_KEYS)
     params.update(docker_host='unix:///nowhere.sock', tls=True, docker_timeout=2)
-    module = _FakeModule(params)
+    module = fake_module(params)
     with pytest.raises(SystemExit):
         dc.module_client(module)
     assert 'TLS needs a tcp:// docker_host' in module.failed['msg']

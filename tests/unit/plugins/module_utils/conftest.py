@@ -1,0 +1,20 @@
+"""Shared fixtures of the module_utils unit tests."""
+
+import pytest
+
+
+class FakeModule(object):
+    """Stands in for AnsibleModule where module_utils only read params and call fail_json."""
+
+    def __init__(self, params):
+        self.params = params
+        self.failed = None
+
+    def fail_json(self, **kwargs):
+        self.failed = kwargs
+        raise SystemExit(1)
+
+
+@pytest.fixture
+def fake_module():
+    return FakeModule
