@@ -18,7 +18,7 @@ description:
     (refreshed, restarted, started, created, replaced, rolled back, refused, failed, left alone,
     not reached), one line per host, a table and one JSON row per host with its outcome
     (upgraded, unchanged, rolled back, refused, failed, not reached).
-  - Pure: reads and writes nothing, talks to no daemon. C(playbooks/upgrade.yml) runs it once per
+  - It reads nothing, writes only I(json_path) and talks to no daemon. C(playbooks/upgrade.yml) runs it once per
     batch.
   - Optionally writes the JSON rows to I(json_path) on the host it runs on.
 author: pi-dispatch egress contributors
