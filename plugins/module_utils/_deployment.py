@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
 # Apache License 2.0 (see LICENSE)
-"""The deployment folder: ``Layout`` (one validation of deploy_dir, every path), the create-only layout, symlink refusals.
+"""The deployment folder: ``Layout`` (deploy_dir validated once, every path), the create-only layout.
 
 Every file of the layout is created when missing and otherwise left exactly
 as it is (not rewritten, not re-permissioned, not touched). A create is
