@@ -54,7 +54,7 @@ def timed(call):
 
 def iptables_state():
     start = time.perf_counter()
-    out = subprocess.run(['iptables-save'], capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(['iptables-save'], capture_output=True, text=True, timeout=60, check=True).stdout
     return len(out.splitlines()), time.perf_counter() - start
 
 
@@ -103,7 +103,7 @@ class Bench(object):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
     ap.add_argument('--checkpoints', default='0,100,200,300')
     ap.add_argument('--samples', type=int, default=5)
     ap.add_argument('--image', default='pi-dispatch-egress-tools:test')
@@ -154,8 +154,8 @@ def main():
         bench.cleanup()
     if len(rows) >= 2:
         first, last = rows[0], rows[-1]
-        print('\nratio at %d networks against %d (median of %d samples):' % (last['networks'], first['networks'],
-                                                                              args.samples))
+        print('\nratio at %d networks against %d (median of %d samples):'
+              % (last['networks'], first['networks'], args.samples))
         for key in ('create', 'connect', 'connect_ctl', 'inspect', 'disconnect', 'remove'):
             ratio = last[key] / max(first[key], 1e-6)
             print('  %-12s %6.0f ms -> %6.0f ms  x%.2f' % (key, first[key], last[key], ratio))

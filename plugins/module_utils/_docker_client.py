@@ -166,8 +166,8 @@ def connect(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
 
     def attempt():
         try:
-            client = build_client(docker_host, timeout, **dict((k, v) for k, v in options.items()
-                                                              if k not in ('docker_host', 'docker_timeout')))
+            others = dict((k, v) for k, v in options.items() if k not in ('docker_host', 'docker_timeout'))
+            client = build_client(docker_host, timeout, **others)
             client.ping()
         except Exception as exc:  # the SDK raises several unrelated types here
             raise EngineUnavailable(

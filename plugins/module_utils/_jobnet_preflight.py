@@ -15,10 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import (
-    EngineError,
-    get_container,
-)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import get_container
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_names import PROXY_NAME
 
 ADMIT = 'admit'
@@ -64,7 +61,7 @@ def verdict_for_state(state, proxy_name=PROXY_NAME):
                    'ansible-playbook pi_dispatch.egress.site).' % (proxy_name, state, fix))
 
 
-def preflight(client, proxy_name=PROXY_NAME, enabled=True):
+def preflight(client, proxy_name=PROXY_NAME, enabled=True, docker_host=None):
     """The verdict before a job spends anything; one container inspect.
 
     ``client`` is a DockerClient, or a zero-argument callable returning one
@@ -75,7 +72,7 @@ def preflight(client, proxy_name=PROXY_NAME, enabled=True):
     Returns a Verdict (``verdict`` one of VERDICTS, ``admitted``,
     ``retryable``, ``state``, ``message``). Does not raise for a daemon
     failure or a client that cannot be built: those are the
-    ``engine-unavailable`` verdict.
+    ``engine-unavailable`` verdict. ``docker_host`` only names the daemon in that message.
     """
     if not enabled:
         return Verdict(ADMIT, False, None, 'The egress policy is off; the daemon was not asked.')
@@ -83,14 +80,10 @@ def preflight(client, proxy_name=PROXY_NAME, enabled=True):
         if callable(client) and not hasattr(client, 'containers'):
             client = client()
         container = get_container(client, proxy_name)
-    except EngineError as exc:
+    except Exception as exc:  # an EngineError, or a client that cannot even be built
         return Verdict(ENGINE_UNAVAILABLE, True, None,
-                       'The Docker Engine did not answer about %s (%s). Nothing was decided; retry the '
-                       'job later.' % (proxy_name, exc))
-    except Exception as exc:  # a client that cannot even be built
-        return Verdict(ENGINE_UNAVAILABLE, True, None,
-                       'The Docker Engine did not answer about %s (%s). Nothing was decided; retry the '
-                       'job later.' % (proxy_name, exc))
+                       'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
+                       'job later.' % (dc.describe_host(docker_host), proxy_name, exc))
     if container is None:
         return verdict_for_state(None, proxy_name)
     state = ((container.attrs or {}).get('State') or {}).get('Status') or getattr(container, 'status', None)

@@ -107,7 +107,7 @@ def main():
     if problem:
         module.fail_json(msg=problem)
     verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout'], **dc.tls_options(p)),
-                                proxy_name=p['proxy_name'], enabled=p['enabled'])
+                                proxy_name=p['proxy_name'], enabled=p['enabled'], docker_host=p['docker_host'])
     result = dict(changed=False, admitted=verdict.admitted, **verdict.as_dict())
     if p['fail_on_refusal'] and not verdict.admitted:
         module.fail_json(msg=verdict.message, **result)

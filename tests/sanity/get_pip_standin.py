@@ -2,8 +2,9 @@
 
 ``ansible-test sanity --venv`` fetches ``get-pip-<version>.py`` from
 ci-files.testing.ansible.com, which our build and test machines cannot reach.
-``./run test`` copies this file to ``~/.ansible/test/cache/get_pip_<version>.py``
-(where ansible-test looks first) when no cached script is there. It does what
+``./run``'s sanity gate runs ansible-test with ``HOME=.cache/ansible-test-home`` and
+copies this file to ``~/.ansible/test/cache/get_pip_<version>.py`` there (where
+ansible-test looks first) when no cached script is there. It does what
 the real one does for ansible-test: put pip into the interpreter that runs it
 (Python's own ensurepip), then install the packages ansible-test asks for
 (pip, setuptools, wheel at its pinned versions) from the configured index.

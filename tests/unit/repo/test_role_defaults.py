@@ -95,12 +95,10 @@ def _expressions(node, key=None):
     """Every templated string (and bare conditional) of a parsed task file."""
     if isinstance(node, dict):
         for k, v in node.items():
-            for text in _expressions(v, k):
-                yield text
+            yield from _expressions(v, k)
     elif isinstance(node, list):
         for item in node:
-            for text in _expressions(item, key):
-                yield text
+            yield from _expressions(item, key)
     elif isinstance(node, str) and ('{{' in node or '{%' in node or key in BARE_EXPRESSION_KEYS):
         yield node
 
