@@ -21,7 +21,8 @@ description:
   - It reads nothing, writes only I(json_path) and talks to no daemon. C(playbooks/upgrade.yml) runs it once per
     batch.
   - Optionally writes the JSON rows to I(json_path) on the host it runs on.
-author: pi-dispatch egress contributors
+author:
+  - pi-dispatch egress team (@pi-dispatch)
 options:
   hosts:
     description: The play's hosts, in order (C(ansible_play_hosts_all)).
@@ -44,8 +45,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Groups the same in check mode; I(json_path) is not written.
   diff_mode:
     support: none
+    description: It returns the summary; there is nothing to diff.
 '''
 
 EXAMPLES = r'''
