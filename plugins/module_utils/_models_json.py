@@ -22,10 +22,7 @@ import errno
 import ipaddress
 import json
 
-try:
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover - Python 2
-    from urlparse import urlsplit  # type: ignore
+from urllib.parse import urlsplit
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 

@@ -262,6 +262,12 @@ def test_verdict_table(state, verdict):
     v = pf.verdict_for_state(state)
     assert v.verdict == verdict and v.retryable is False
     assert v.admitted == (verdict == jn.ADMIT)
+    # VERDICTS is the published list a dispatcher switches on: every verdict is in it.
+    assert v.verdict in jn.VERDICTS
+
+
+def test_the_published_verdicts_are_the_four_values():
+    assert jn.VERDICTS == (jn.ADMIT, jn.PROXY_STOPPED, jn.PROXY_MISSING, jn.ENGINE_UNAVAILABLE)
 
 
 class _Containers:
@@ -310,6 +316,10 @@ def test_preflight_missing_and_unavailable():
     def unbuildable():
         raise docker.errors.DockerException('Error while fetching server API version')
     assert jn.preflight(unbuildable).verdict == jn.ENGINE_UNAVAILABLE
+    # The message names the daemon that does not answer (the local one when none was given).
+    named = jn.preflight(unbuildable, docker_host='unix:///run/elsewhere.sock')
+    assert named.message.startswith('The Docker Engine at unix:///run/elsewhere.sock does not answer about ')
+    assert 'DOCKER_HOST or unix:///var/run/docker.sock' in jn.preflight(unbuildable).message
 
 
 # ---------------------------------------------------------------- the published facade
