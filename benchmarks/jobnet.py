@@ -12,6 +12,11 @@
 4. Leaves --sweep-count proxy-only networks and times one ``_jobnet.sweep``
    against the same number of sequential raw disconnect+remove.
 
+With shards (issue 15), step 1 runs twice: the sharded layout (--shard-bound job networks per
+proxy container, --count networks) and the single proxy (--single-count networks), each printing
+create+attach and teardown p50/p90 per block of 100 and the ratio p50(last block) / p50(first
+block). Steps 3 and 4 use the single proxy (shard_bound=0), as before.
+
 Prints figures; asserts nothing. Everything it created is removed at the end,
 also on Ctrl-C or SIGTERM (names are tracked, and a final pass removes any
 ``pi-job-bench5-<pid>-*-net`` left).
@@ -90,6 +95,46 @@ def cleanup(client, created, prefix, proxy):
     return left
 
 
+def alive_at_once(client, args, prefix, count, bound, routes, created):
+    """Create ``count`` job networks (all alive), then tear them down in the same order. Returns the timings."""
+    create_t, teardown_t = [], []
+    for i in range(count):
+        job = '%s%d' % (prefix, i)
+        created.append(jn.network_name(job))
+        s = time.monotonic()
+        jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool, routes=routes, shard_bound=bound)
+        create_t.append(time.monotonic() - s)
+        if (i + 1) % 100 == 0:
+            print('  %d created, last 100 median %.1f ms' % (i + 1, statistics.median(create_t[-100:]) * 1000),
+                  flush=True)
+    alive = sum(1 for n in client.api.networks() if n['Name'].startswith('pi-job-' + prefix))
+    family = [(m.name, m.load) for m in jn.proxy_family(client, args.proxy)]
+    for i in range(count):
+        s = time.monotonic()
+        jn.teardown_job_network(client, '%s%d' % (prefix, i), proxy_name=args.proxy)
+        teardown_t.append(time.monotonic() - s)
+    return create_t, teardown_t, alive, family
+
+
+def pct(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
+
+
+def block_table(label, create_t, teardown_t, size=100):
+    """Print p50/p90 per block of ``size`` jobs; return the ratios p50(last block) / p50(first block)."""
+    print('%s, per block of %d jobs (ms):' % (label, size))
+    print('  %-11s %9s %9s %11s %11s' % ('jobs', 'create p50', 'p90', 'teardown p50', 'p90'))
+    blocks = [(i, create_t[i:i + size], teardown_t[i:i + size]) for i in range(0, len(create_t), size)]
+    for start, c, t in blocks:
+        print('  %5d-%-5d %9.0f %9.0f %11.0f %11.0f' % (start + 1, start + len(c), statistics.median(c) * 1000,
+                                                       pct(c, 0.9) * 1000, statistics.median(t) * 1000,
+                                                       pct(t, 0.9) * 1000))
+    first, last = blocks[0], blocks[-1]
+    return (statistics.median(last[1]) / statistics.median(first[1]),
+            statistics.median(last[2]) / statistics.median(first[2]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--count', type=int, default=500, help='job networks alive at once (default 500)')
@@ -97,6 +142,11 @@ def main():
     ap.add_argument('--raw-count', type=int, default=50, help='jobs for the raw-SDK comparison (default 50)')
     ap.add_argument('--sweep-count', type=int, default=200, help='leftovers for the sweep comparison (default 200)')
     ap.add_argument('--pool', default=jn.DEFAULT_POOL)
+    ap.add_argument('--shard-bound', type=int, default=jn.DEFAULT_SHARD_BOUND,
+                    help='job networks per proxy container in the sharded layout (default %(default)s)')
+    ap.add_argument('--single-count', type=int, default=300,
+                    help='job networks for the single-proxy layout beside it (0: skip; default 300: beyond that '
+                         'one attach takes seconds)')
     args = ap.parse_args()
     if args.count < 1 or args.count > jn.pool_capacity(args.pool):
         ap.error('--count must be 1..%d (the pool holds that many /29s)' % jn.pool_capacity(args.pool))
@@ -110,36 +160,23 @@ def main():
     signal.signal(signal.SIGINT, _on_signal)
     routes = jn.read_host_routes()
     try:
-        # 1+2: our API, all alive at once
-        create_t, teardown_t = [], []
-        t0 = time.monotonic()
-        for i in range(args.count):
-            job = '%s%d' % (prefix, i)
-            created.append(jn.network_name(job))
-            s = time.monotonic()
-            jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool, routes=routes)
-            create_t.append(time.monotonic() - s)
-            if (i + 1) % 100 == 0:
-                print('  %d created, last 100 median %.1f ms' % (i + 1, statistics.median(create_t[-100:]) * 1000),
-                      flush=True)
-        alive = sum(1 for n in client.api.networks() if n['Name'].startswith('pi-job-' + prefix))
-        attached = sum(1 for n in client.api.inspect_container(args.proxy)['NetworkSettings']['Networks']
-                       if n.startswith('pi-job-' + prefix))
-        create_total = time.monotonic() - t0
-        t0 = time.monotonic()
-        for i in range(args.count):
-            s = time.monotonic()
-            jn.teardown_job_network(client, '%s%d' % (prefix, i), proxy_name=args.proxy)
-            teardown_t.append(time.monotonic() - s)
-        teardown_total = time.monotonic() - t0
-        print('job networks alive at once: %d (proxy attached to %d); Docker default pools: %d networks '
-              '-> %.1fx the default capacity; pool %s holds %d' % (
-                  alive, attached, DOCKER_DEFAULT_POOL_CAPACITY, alive / DOCKER_DEFAULT_POOL_CAPACITY,
-                  args.pool, jn.pool_capacity(args.pool)))
-        print('create+attach (our API, %d networks growing to %d): %s; wall %.2f s' % (
-            args.count, args.count, fmt(create_t), create_total))
-        print('detach+remove (our API, from %d alive): %s; wall %.2f s' % (args.count, fmt(teardown_t),
-                                                                           teardown_total), flush=True)
+        # 1+2: our API, all alive at once: the sharded layout, then the single proxy beside it
+        layouts = [('shards (bound %d)' % args.shard_bound, args.count, args.shard_bound)]
+        if args.single_count:
+            layouts.append(('single proxy', args.single_count, 0))
+        ratios = []
+        for label, count, bound in layouts:
+            tag = 's%d-' % bound
+            create_t, teardown_t, alive, family = alive_at_once(client, args, prefix + tag, count, bound, routes,
+                                                                created)
+            print('%s: %d job networks alive at once; the family at the peak: %s' % (
+                label, alive, ', '.join('%s %d' % (name, load) for name, load in family)))
+            ratios.append((label, block_table(label, create_t, teardown_t)))
+        for label, (create_ratio, teardown_ratio) in ratios:
+            print('ratio p50(last block) / p50(first block), %s: create+attach %.2f, teardown %.2f' % (
+                label, create_ratio, teardown_ratio))
+        if not args.raw_count and not args.sweep_count:
+            return 0
 
         # 3: raw SDK calls for the same work (explicit /29s from the same pool)
         raw_c, raw_t, api_c, api_t = [], [], [], []
@@ -159,7 +196,8 @@ def main():
             job = '%sapi%d' % (prefix, i)
             created.append(jn.network_name(job))
             s = time.monotonic()
-            jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool, routes=routes)
+            jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool, routes=routes,
+                                  shard_bound=0)
             api_c.append(time.monotonic() - s)
             s = time.monotonic()
             jn.teardown_job_network(client, job, proxy_name=args.proxy)
@@ -169,7 +207,8 @@ def main():
         for i in range(args.sweep_count):
             job = '%sgc%d' % (prefix, i)
             created.append(jn.network_name(job))
-            jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool, routes=routes)
+            jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool, routes=routes,
+                                  shard_bound=0)
         s = time.monotonic()
         swept = jn.sweep(client, min_age=0, proxy_name=args.proxy, id_prefix=prefix + 'gc')
         sweep_s = time.monotonic() - s
@@ -178,7 +217,7 @@ def main():
             job = '%sgr%d' % (prefix, i)
             created.append(jn.network_name(job))
             ids.append(jn.create_job_network(client, job, proxy_name=args.proxy, pool=args.pool,
-                                             routes=routes).network_id)
+                                             routes=routes, shard_bound=0).network_id)
         s = time.monotonic()
         for net_id in ids:
             client.api.disconnect_container_from_network(args.proxy, net_id, force=True)
@@ -208,6 +247,9 @@ def main():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         left = cleanup(client, created, prefix, args.proxy)
+        for member in jn.proxy_family(client, args.proxy):
+            if member.is_shard and not member.load:
+                client.api.remove_container(member.name, force=True)
         print('cleanup: %s' % ('nothing left' if not left else '%d network(s) could not be removed' % left))
 
 

@@ -33,9 +33,12 @@ The contracts (each function's docstring has the details):
   :class:`Verdict`. At most one container inspect; never raises for a daemon
   failure (that is the retryable ``engine-unavailable`` verdict). Start the
   job only when ``verdict.admitted``.
-* :func:`create_job_network` ``(client, job_id, ...)`` -> :class:`JobNetwork`.
-  Creates the labelled ``--internal`` network on a free subnet of the pool
-  and attaches the proxy; idempotent; leaves nothing behind when it fails.
+* :func:`create_job_network` ``(client, job_id, ..., shard_bound=DEFAULT_SHARD_BOUND)``
+  -> :class:`JobNetwork`. Creates the labelled ``--internal`` network on a
+  free subnet of the pool and attaches the least-loaded member of the proxy
+  family (the proxy, or a shard with the proxy's name as its alias; a new
+  shard when all carry ``shard_bound``); idempotent; leaves nothing behind
+  when it fails.
   Raises JobNetError (bad input), PoolExhausted, EngineError,
   EngineUnavailable.
 * :func:`teardown_job_network` ``(client, job_id, proxy_name=PROXY_NAME,
@@ -47,7 +50,9 @@ The contracts (each function's docstring has the details):
   routes=None)`` -> ``ipaddress.IPv4Network``. The subnet create would pick
   now; read-only, nothing is reserved.
 * :func:`sweep` / :func:`sweep_lines`: collect the job networks a dead
-  worker left behind, and report it.
+  worker left behind (and the proxy shards left empty), and report it.
+* :func:`proxy_family` ``(client, proxy_name)``: the proxy and its shards,
+  each with its state and the job networks it carries.
 * :func:`lazy_client`, :func:`inspect_job_network`, :func:`read_host_routes`,
   :func:`pool_capacity`, :func:`parse_pool`, and the naming helpers
   :func:`validate_job_id`, :func:`validate_id_prefix`, :func:`network_name`,
@@ -103,6 +108,11 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_pool im
     pool_capacity,
     read_host_routes,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._shards import (
+    DEFAULT_BOUND as DEFAULT_SHARD_BOUND,
+    ShardError,
+    members as proxy_family,
+)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_preflight import (
     ADMIT,
     ENGINE_UNAVAILABLE,
@@ -121,7 +131,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_preflig
 # or attribute removed, another exception class for a documented case, a new verdict, or another
 # naming contract (pi-job-<id>-net, pi-job-<id>, the labels, the job's environment). Message texts
 # are not part of the API.
-API_VERSION = '1.0'
+# 2.0: create_job_network attaches the least-loaded member of the proxy family (the proxy or a
+# shard, shard_bound=DEFAULT_SHARD_BOUND job networks each; 0 turns it off), JobNetwork.proxy names it.
+API_VERSION = '2.0'
 
 __all__ = [
     'API_VERSION',
@@ -130,6 +142,8 @@ __all__ = [
     'ENGINE_UNAVAILABLE',
     # create and teardown
     'create_job_network', 'teardown_job_network', 'inspect_job_network', 'JobNetwork', 'CREATE_ATTEMPTS',
+    # proxy shards
+    'DEFAULT_SHARD_BOUND', 'proxy_family', 'ShardError',
     # the pool
     'plan_subnet', 'read_host_routes', 'pool_capacity', 'parse_pool', 'DEFAULT_POOL', 'DEFAULT_PREFIX',
     # the sweep

@@ -96,10 +96,10 @@ def _not_connected(message):
             or ('container' in text and 'not found' in text))
 
 
-def connect_proxy(client, net_ref, proxy_name):
-    """Attach the proxy; True when attached now, False when it already was."""
+def connect_proxy(client, net_ref, proxy_name, aliases=None):
+    """Attach the proxy (or a shard, with ``aliases``); True when attached now, False when it already was."""
     try:
-        client.api.connect_container_to_network(proxy_name, net_ref)
+        client.api.connect_container_to_network(proxy_name, net_ref, aliases=aliases)
     except Exception as exc:
         if connection_failed(exc):
             raise as_engine_error('Attaching %s failed' % proxy_name, exc)

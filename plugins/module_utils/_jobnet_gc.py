@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_engine import (
     as_engine_error,
@@ -124,7 +125,7 @@ def decide_sweep(name, labels, created, members, now, min_age=0, proxy_name=PROX
     for member in members or []:
         mname = member.get('name')
         state = (member.get('state') or '').lower()
-        if mname == proxy_name:
+        if _shards.is_family_name(mname or '', proxy_name):
             detach.append(mname)
             continue
         is_job = mname == job_container
@@ -234,8 +235,9 @@ def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, 
     candidates = [n for n in nets if looks_like_job_network(n.get('Name'))]
     if id_prefix:
         candidates = [n for n in candidates if n['Name'][len(NETWORK_PREFIX):].startswith(id_prefix)]
-    result = dict(removed=[], kept=[], failed=[], changed=False)
+    result = dict(removed=[], kept=[], failed=[], changed=False, removed_shards=[])
     if not candidates:
+        _sweep_shards(client, proxy_name, result, check_mode)
         return result
     try:
         containers = client.api.containers(all=True)
@@ -277,7 +279,31 @@ def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, 
         else:
             result['removed'].append(entry)
             result['changed'] = True
+    _sweep_shards(client, proxy_name, result, check_mode)
     return result
+
+
+def _sweep_shards(client, proxy_name, result, check_mode):
+    """Remove the proxy's shards that carry no job network any more (after the networks went)."""
+    try:
+        family = _shards.members(client, proxy_name)
+    except EngineError as exc:
+        result['failed'].append(dict(network=None, job_id=None, step='list-shards', message=str(exc), done=[]))
+        return
+    for member in family:
+        if not member.is_shard or member.load:
+            continue
+        if check_mode:
+            result['removed_shards'].append(member.name)
+            result['changed'] = True
+            continue
+        try:
+            if _shards.remove_if_empty(client, proxy_name, member.name):
+                result['removed_shards'].append(member.name)
+                result['changed'] = True
+        except EngineError as exc:
+            result['failed'].append(dict(network=None, job_id=None, step='remove-shard %s' % member.name,
+                                         message=str(exc), done=[]))
 
 
 def _execute_removal(client, net_id, decision):
@@ -321,6 +347,8 @@ def sweep_lines(result, check_mode=False):
     for entry in result.get('kept', []):
         lines.append('kept %s: %s (%s)' % (entry['network'], entry['reason'],
                                            KEEP_REASONS.get(entry['reason'], entry['reason'])))
+    for name in result.get('removed_shards', []):
+        lines.append('%s the empty proxy shard %s' % (verb, name))
     for entry in result.get('failed', []):
-        lines.append('failed %s at %s: %s' % (entry['network'], entry['step'], entry['message']))
+        lines.append('failed %s at %s: %s' % (entry['network'] or 'the proxy shards', entry['step'], entry['message']))
     return lines

@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import threading
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import (
     EngineError,
     api_message,
@@ -65,12 +66,14 @@ class JobNetwork(object):
     (``pi-job-<id>``, the name the job container must get); ``subnet`` (CIDR
     text); ``env`` (the proxy variables, :func:`job_env`); ``network_id``
     (None in check mode); ``changed``; ``actions`` (what was done, or in
-    check mode what would be).
+    check mode what would be); ``proxy`` (the container that carries it: the
+    proxy or one of its shards, which the job reaches by the proxy's name).
     """
 
     def __init__(self, job_id, network, container, subnet, env, network_id=None, changed=False,
-                 actions=None):
+                 actions=None, proxy=None):
         self.job_id = job_id
+        self.proxy = proxy
         self.network = network
         self.container = container
         self.subnet = subnet
@@ -89,7 +92,7 @@ class JobNetwork(object):
     def as_dict(self):
         return dict(job_id=self.job_id, network=self.network, container=self.container,
                     subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
-                    changed=self.changed, actions=list(self.actions))
+                    changed=self.changed, actions=list(self.actions), proxy=self.proxy)
 
     def __repr__(self):
         return 'JobNetwork(%r)' % (self.as_dict(),)
@@ -115,7 +118,7 @@ def _overlap_refused(message):
     return 'overlap' in message.lower()
 
 
-def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, check_mode):
+def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, check_mode, shard_bound=0):
     listed = [n for n in nets if n.get('Name') == name]
     attrs = inspect_job_network(client, name) if listed else None
     if attrs is None:
@@ -131,25 +134,63 @@ def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, ch
             "changed. Remove it (docker network rm %s) and create the job network again."
             % (name, name))
     actions = []
-    if not proxy_on(attrs, proxy_name):
+    carriers = _shards.family_on(attrs, proxy_name)
+    carrier = carriers[0] if carriers else None
+    if carrier is None:
         if check_mode:
-            actions.append('attach %s' % proxy_name)
+            carrier = _carrier_for(client, proxy_name, shard_bound, check_mode=True)
+            actions.append('attach %s' % carrier)
         else:
             try:
-                if connect_proxy(client, attrs['Id'], proxy_name):
-                    actions.append('attach %s' % proxy_name)
+                carrier = _attach(client, attrs['Id'], proxy_name, shard_bound)
+                actions.append('attach %s' % carrier)
             except EngineError as exc:
                 raise EngineError(
                     "Attaching the proxy %s to the existing network %s failed: %s. The network "
                     "was left as it was. Start or create the proxy (playbooks/site.yml), then "
                     "retry." % (proxy_name, name, exc))
     return JobNetwork(job_id, name, cname, subnet_of(attrs), env, attrs.get('Id'),
-                      changed=bool(actions), actions=actions)
+                      changed=bool(actions), actions=actions, proxy=carrier)
+
+
+def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
+    """The name of the family member a new job network gets (in check mode: what it would be)."""
+    if not shard_bound:
+        return proxy_name
+    family = _shards.members(client, proxy_name)
+    chosen = _shards.choose(family, shard_bound)
+    if chosen is not None:
+        return chosen.name
+    if check_mode:
+        return _shards.shard_name(proxy_name, _shards.next_index(family)) + ' (a new shard)'
+    with _ALLOC_LOCK:
+        family = _shards.members(client, proxy_name)
+        chosen = _shards.choose(family, shard_bound)
+        if chosen is None:
+            chosen = _shards.add_shard(client, proxy_name, family)
+    return chosen.name
+
+
+def _attach(client, net_id, proxy_name, shard_bound):
+    """Attach the chosen family member (a shard with the proxy's name as its alias). Returns its name.
+
+    A shard removed between the choice and the attach (its last job went meanwhile) is chosen
+    again, once.
+    """
+    for attempt in (1, 2):
+        carrier = _carrier_for(client, proxy_name, shard_bound)
+        try:
+            connect_proxy(client, net_id, carrier, aliases=[proxy_name] if carrier != proxy_name else None)
+            return carrier
+        except EngineError as exc:
+            if attempt == 2 or carrier == proxy_name or 'no such container' not in str(exc).lower():
+                raise
+    return carrier  # pragma: no cover - the loop returns or raises
 
 
 def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
                        prefix=DEFAULT_PREFIX, routes=None, no_proxy=NO_PROXY, check_mode=False,
-                       now=None, owner_host=None):
+                       now=None, owner_host=None, shard_bound=_shards.DEFAULT_BOUND):
     """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
 
     Idempotent: an existing network of ours that is internal is kept, and the
@@ -163,7 +204,11 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     Engine calls on the ordinary path: list networks, create, connect.
     ``check_mode`` changes nothing and reports what would be done; ``now``
     (epoch seconds) and ``owner_host`` override the ``created`` and
-    ``owner-host`` labels. Safe to call from several threads of one process
+    ``owner-host`` labels. ``shard_bound`` (default 50; 0: off) is how many job networks
+    the proxy and each of its shards carry: the network gets the least-loaded
+    running member below it, a new shard when all are full (_shards.py), and
+    the job still reaches the proxy by its name (the shard's network alias).
+    Safe to call from several threads of one process
     (they take subnets in turn) and from several processes (the daemon
     refuses an overlap and create picks again, up to CREATE_ATTEMPTS times).
 
@@ -175,6 +220,7 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     """
     validate_job_id(job_id)
     parse_pool(pool, prefix)
+    _shards.check_bound(shard_bound)
     name = network_name(job_id)
     env = job_env(proxy_name, proxy_port, no_proxy)
     cname = container_name(job_id)
@@ -182,12 +228,13 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
 
     if check_mode:
         nets = list_networks(client)
-        found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, True)
+        found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, True, shard_bound)
         if found is not None:
             return found
         subnet = allocate_subnet(pool, prefix, taken_subnets(nets, routes))
+        carrier = _carrier_for(client, proxy_name, shard_bound, check_mode=True)
         return JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
-                          actions=['create %s (%s)' % (name, subnet), 'attach %s' % proxy_name])
+                          actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
 
     from docker.types import IPAMConfig, IPAMPool
 
@@ -197,7 +244,7 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     with _ALLOC_LOCK:
         for _attempt in range(CREATE_ATTEMPTS):
             nets = list_networks(client)
-            found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, False)
+            found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, False, shard_bound)
             if found is not None:
                 return found
             subnet = allocate_subnet(pool, prefix, taken_subnets(nets, routes))
@@ -224,7 +271,7 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
                 % (name, CREATE_ATTEMPTS, pool, last))
 
     try:
-        connect_proxy(client, net_id, proxy_name)
+        carrier = _attach(client, net_id, proxy_name, shard_bound)
     except EngineError as exc:
         reason = str(exc)
         try:
@@ -238,7 +285,7 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
             "(playbooks/site.yml), check it with the egress_preflight module, then retry."
             % (proxy_name, name, reason, cleanup))
     return JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
-                      actions=['create %s (%s)' % (name, subnet), 'attach %s' % proxy_name])
+                      actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
 
 
 def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False):
@@ -271,22 +318,28 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
     listed = dict((summary_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
     for cid, endpoint in (attrs.get('Containers') or {}).items():
         listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'endpoint')
-    others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if n != proxy_name)
+    others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if not _shards.is_family_name(n, proxy_name))
     if others:
         first = others[0].split(' ')[0]
         raise EngineError(
             "Network %s still has %s on it. Nothing was changed. Stop and remove the job "
             "container first (docker stop %s && docker rm %s), then tear the network down."
             % (name, ', '.join(others), first, first))
-    actions = (['detach %s' % proxy_name] if proxy_on(attrs, proxy_name) else []) + ['remove %s' % name]
+    # Every member of the proxy family on it: active endpoints and configured (stopped) members.
+    carriers = sorted(set(_shards.family_on(attrs, proxy_name))
+                      | set(n for n in listed if _shards.is_family_name(n, proxy_name))) or [proxy_name]
+    actions = ['detach %s' % c for c in carriers if proxy_on(attrs, c)] + ['remove %s' % name]
     if check_mode:
         return dict(changed=True, network=name, actions=actions)
     net_id = attrs['Id']
-    try:
-        detached = disconnect(client, proxy_name, net_id)
-    except EngineError as exc:
-        raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
-                          "retry the teardown." % (proxy_name, name, exc))
+    detached = []
+    for carrier in carriers:
+        try:
+            if disconnect(client, carrier, net_id):
+                detached.append(carrier)
+        except EngineError as exc:
+            raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
+                              "retry the teardown." % (carrier, name, exc))
     try:
         removed = remove_network(client, net_id)
     except EngineError as exc:
@@ -294,5 +347,13 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
             "Removing %s failed: %s. If it says the network has active endpoints, docker network "
             "inspect %s shows what is still on it; stop and remove that container, then retry."
             % (name, exc, name))
-    done = (['detach %s' % proxy_name] if detached else []) + (['remove %s' % name] if removed else [])
+    done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
+    for carrier in carriers:
+        # A shard whose last job network this was goes too (the proxy itself always stays).
+        if carrier != proxy_name:
+            try:
+                if _shards.remove_if_empty(client, proxy_name, carrier):
+                    done.append('remove the empty shard %s' % carrier)
+            except EngineError:
+                pass  # the sweep (job_network_gc) removes an empty shard later
     return dict(changed=bool(done), network=name, actions=done)

@@ -20,6 +20,7 @@ import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy_spec import (  # noqa: F401 pylint: disable=unused-import
     CAP_ADD, CAP_DROP, COMMAND, DEFAULT_LIMITS, HEALTHCHECK_TEST, HOST_GATEWAY, JOB_NETWORK_PREFIX, JOB_NETWORK_SUFFIX,
     LABEL_NETWORK_ROLE, LABEL_ROLE, LOADED_ALLOWLIST, PROXY_NAME, PROXY_UID, RESTART_POLICY, SECURITY_OPT, SYSCTLS,
@@ -92,6 +93,18 @@ def consent_refusal(actions, obs, allow_cut_jobs, variable='egress_proxy_allow_c
     return ('Refused, nothing changed: the %s of %s would cut %d job%s attached to it (%s: their tunnels drop). '
             'Set %s (allow_cut_jobs) to consent, or wait until they end.'
             % (step, obs['name'], cut, '' if cut == 1 else 's', ', '.join(obs['job_networks']), variable))
+
+
+def shard_consent_refusal(plan, allow_cut_jobs, variable='egress_proxy_allow_cut_jobs'):
+    """None when the shards may follow the proxy, else the refusal: each shard's jobs count (_shards.follow_plan)."""
+    cutting = [(member, step) for member, step in plan if step in _shards.CUTTING and member.load]
+    if not cutting or allow_cut_jobs:
+        return None
+    cut = sum(member.load for member, _step in cutting)
+    return ('Refused, nothing changed: following the proxy, %s would cut %d job%s attached to %s (their tunnels '
+            'drop). Set %s (allow_cut_jobs) to consent, or wait until they end.'
+            % (', '.join('%s (%s)' % (m.name, step) for m, step in cutting), cut, '' if cut == 1 else 's',
+               'them' if len(cutting) > 1 else 'it', variable))
 
 
 def reattach_networks(obs, upstream):
@@ -184,7 +197,7 @@ class ProxyManager(object):
                         net.connect(container)
                         self.messages.append('reconnected %s %s' % (kind, net_name))
                 elif action == 'reconfigure':
-                    _reload.reload(container)
+                    _reload.reload_family(self.client, container)
             except ProxyError:
                 raise
             except dc.EngineError as exc:

@@ -27,6 +27,7 @@ import os
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy_spec import LOADED_ALLOWLIST, ProxyError
 
 
@@ -156,6 +157,33 @@ def reload(container, deploy_paths=None, parse_first=True):
     if rc != 0:
         raise ProxyError('squid -k reconfigure exited %s: %s' % (rc, _tail(out)))
     record['reconfigured'] = True
+    return record
+
+
+def reload_family(client, container, deploy_paths=None, parse_first=True):
+    """reload() in the proxy ``container``, then in each of its running shards (they mount the same files).
+
+    The proxy goes first and a refusal there (SourcesRefused, ParseRefused) stops everything: no
+    shard is touched. A shard that fails is reported in ``members`` and the others still reload.
+    Returns the proxy's record plus ``members``: [{name, reconfigured, error}] for the proxy and
+    every running shard. Raises ProxyError after the last shard when any shard failed.
+    """
+    record = reload(container, deploy_paths, parse_first=parse_first)
+    record['members'] = [dict(name=container.name, reconfigured=True, error=None)]
+    failed = []
+    for member in _shards.members(client, container.name):
+        if not member.is_shard or not member.running:
+            continue
+        try:
+            shard = client.containers.get(member.name)
+            reload(shard, None, parse_first=parse_first)
+            record['members'].append(dict(name=member.name, reconfigured=True, error=None))
+        except Exception as exc:  # one shard's failure must not stop the others
+            record['members'].append(dict(name=member.name, reconfigured=False, error=str(exc)))
+            failed.append('%s (%s)' % (member.name, exc))
+    if failed:
+        raise ProxyError('The proxy reloaded, but %d shard(s) did not: %s. docker exec <shard> squid -k '
+                         'reconfigure reloads one by hand.' % (len(failed), '; '.join(failed)))
     return record
 
 

@@ -114,7 +114,8 @@ reloaded:
 loaded:
   description:
     - What squid read at the reload (the reload path's record), from the reload path shared by every writer of a file
-      squid reads. C(parsed) and C(reconfigured) are the steps done; C(files) maps each source file to its sha256.
+      squid reads. C(members) lists the proxy and each running shard with C(reconfigured) and C(error).
+      C(parsed) and C(reconfigured) are the steps done; C(files) maps each source file to its sha256.
   returned: when the proxy was reloaded
   type: dict
 actions:
@@ -194,7 +195,7 @@ def main():
             module.fail_json(msg=str(exc), **result)
         if result['reloaded']:
             try:
-                result['loaded'] = _reload.reload(container, deploy_paths)
+                result['loaded'] = _reload.reload_family(client, container, deploy_paths)
             except _reload.ParseRefused as exc:
                 _files.write_in_place(include, current, fallback=current)
                 result['reloaded'] = False

@@ -178,9 +178,20 @@ stale_mounts:
   type: list
   elements: str
 jobs_cut:
-  description: How many attached jobs the actions cut (or would cut, when refused or in check mode).
+  description:
+    - How many attached jobs the actions cut (or would cut, when refused or in check mode), the proxy's and its
+      shards' together.
   returned: always
   type: int
+shards:
+  description:
+    - What each proxy shard (C(<name>-shard-<n>), a clone of the proxy carrying job networks beyond the shard bound)
+      does to follow the proxy, C(name), C(action) (remove, replace, restart, stop or start) and C(jobs) (or, once
+      done, C(jobs_cut) and C(error)). Empty without shards. A shard with jobs is cut only with I(allow_cut_jobs),
+      counted shard by shard.
+  returned: always
+  type: list
+  elements: dict
 allowlist_changed:
   description: The mounted allowlist differed from the one the running squid read, so it was (or, in check
     mode, would be) reconfigured.
@@ -234,6 +245,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 
 
 def main():
@@ -345,8 +357,12 @@ def main():
                                         'never recorded): reconfigure, which cuts no job')
         result['allowlist_changed'] = allowlist_changed
         actions = _proxy.decide(p['state'], obs, diffs, allowlist_changed=allowlist_changed, upstream=p['network'])
-        result['jobs_cut'] = _proxy.jobs_cut(actions, obs)
-        refusal = _proxy.consent_refusal(actions, obs, p['allow_cut_jobs'])
+        # The shards (clones of the proxy, _shards.py) follow what the proxy does; each one's jobs count.
+        plan = _shards.follow_plan(_shards.members(client, p['name']), actions) if obs else []
+        result['shards'] = [dict(name=m.name, action=step, jobs=m.load) for m, step in plan]
+        result['jobs_cut'] = _proxy.jobs_cut(actions, obs) + _shards.plan_jobs_cut(plan)
+        refusal = (_proxy.consent_refusal(actions, obs, p['allow_cut_jobs'])
+                   or _proxy.shard_consent_refusal(plan, p['allow_cut_jobs']))
         if refusal:
             result['refused'] = True
             if module._diff and diffs:
@@ -358,6 +374,15 @@ def main():
             manager.ensure_network(internal=p['network_internal'])
         old_networks = _proxy.reattach_networks(obs, p['network']) if obs else []
         container = manager.apply(actions, container, old_networks)
+        if plan and not module.check_mode:
+            result['shards'] = _shards.apply_plan(client, p['name'], plan)
+            failed = [s for s in result['shards'] if s['error']]
+            if failed:
+                module.fail_json(msg='The proxy is as wanted, but %d shard(s) did not follow it: %s. Rerun to '
+                                     'retry them.' % (len(failed), '; '.join('%s (%s: %s)' % (
+                                         s['name'], s['action'], s['error']) for s in failed)),
+                                 **result)
+        manager.actions.extend('%s shard %s' % (step, m.name) for m, step in plan)
         result['changed'] = bool(manager.actions)
         if module._diff and (diffs or (obs is None and 'create' in actions)):
             result['diff'] = _proxy.shape_diff(spec, obs, image_id)

@@ -163,6 +163,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _refresh
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 
 
 def _decision(module, p, compared):
@@ -176,6 +177,12 @@ def _decision(module, p, compared):
         module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy; nothing was '
                              'written. Rename or remove it, or choose another proxy_name.' % p['proxy_name'])
     state, two_mount, jobs = _refresh.proxy_facts(obs)
+    if obs:
+        # The shards follow the proxy's restart or replacement (egress_proxy), so their jobs count too.
+        try:
+            jobs += sum(m.load for m in _shards.members(client, p['proxy_name']) if m.is_shard and m.running)
+        except dc.EngineError as exc:
+            dc.fail(module, exc)
     decision = _refresh.decide(state, two_mount, compared['differs'], p['refresh'], jobs=jobs,
                                allow_cut_jobs=p['allow_cut_jobs'], allow_replace=p['allow_replace'],
                                current_includes_endpoints=compared['current_includes_endpoints'])

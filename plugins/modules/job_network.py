@@ -73,6 +73,15 @@ options:
         when I(docker_host) is a remote daemon, whose routes this host cannot see.
     type: bool
     default: true
+  shard_bound:
+    description:
+      - How many job networks the proxy and each of its shards carry. A new network gets the least-loaded running
+        one below the bound; when all are full, a new shard C(<proxy_name>-shard-<n>) (a clone of the proxy) is
+        started first and attached with the network alias I(proxy_name), so the job still reaches
+        C(<proxy_name>:<proxy_port>). C(0) turns shards off (the proxy carries every network).
+      - Why a bound at all, and the figures, in docs/job-networks.md ("What grows with the number of jobs").
+    type: int
+    default: 50
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -117,6 +126,11 @@ subnet:
   description: The network's subnet (in check mode, the one that would be picked).
   returned: when state=present
   type: str
+proxy:
+  description: The container that carries the network, the proxy or one of its shards (in check mode, the one it
+    would get).
+  returned: when state=present
+  type: str
   sample: 10.47.0.0/29
 env:
   description: The environment the job container needs (uppercase proxy variables, NO_PROXY, NODE_USE_ENV_PROXY).
@@ -153,6 +167,7 @@ def main():
         prefix=dict(type='int', default=_jobnet.DEFAULT_PREFIX),
         no_proxy=dict(type='str', default=_jobnet.NO_PROXY),
         check_host_routes=dict(type='bool', default=True),
+        shard_bound=dict(type='int', default=_jobnet.DEFAULT_SHARD_BOUND),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -177,9 +192,9 @@ def main():
             jobnet = _jobnet.create_job_network(
                 client, p['job_id'], proxy_name=p['proxy_name'], proxy_port=p['proxy_port'], pool=p['pool'],
                 prefix=p['prefix'], routes=None if p['check_host_routes'] else [], no_proxy=p['no_proxy'],
-                check_mode=module.check_mode)
+                check_mode=module.check_mode, shard_bound=p['shard_bound'])
             result.update(changed=jobnet.changed, network_id=jobnet.network_id, subnet=jobnet.subnet,
-                          env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions)
+                          proxy=jobnet.proxy, env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions)
             after = True
         else:
             done = _jobnet.teardown_job_network(client, p['job_id'], proxy_name=p['proxy_name'],

@@ -137,7 +137,8 @@ def main():
     result['lines'] = _jobnet.sweep_lines(result, check_mode=module.check_mode)
     result['reasons'] = dict(_jobnet.KEEP_REASONS)
     for entry in result['failed']:
-        module.warn('%s could not be removed (%s): %s' % (entry['network'], entry['step'], entry['message']))
+        module.warn('%s could not be removed (%s): %s' % (entry['network'] or 'a proxy shard', entry['step'],
+                                                          entry['message']))
     if p['fail_on_failed'] and result['failed']:
         module.fail_json(msg='%d job network(s) could not be removed: %s' % (
             len(result['failed']), ', '.join(e['network'] for e in result['failed'])), **result)

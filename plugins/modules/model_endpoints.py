@@ -163,7 +163,8 @@ reloaded:
 loaded:
   description:
     - What squid read at the reload, from the reload path every writer of a file squid reads shares (allowlist and
-      includes validated, C(squid -k parse), C(squid -k reconfigure)). C(parsed) and C(reconfigured) are the steps
+      includes validated, C(squid -k parse), C(squid -k reconfigure)). C(members) lists the proxy and each
+      running shard with C(reconfigured) and C(error). C(parsed) and C(reconfigured) are the steps
       done; C(files) maps each source file to its sha256.
   returned: when the proxy was reloaded
   type: dict
@@ -323,7 +324,7 @@ def main():
         result['inode'] = written['inode']
         if container is not None:
             try:
-                result['loaded'] = _reload.reload(container, layout.paths)
+                result['loaded'] = _reload.reload_family(client, container, layout.paths)
             except _reload.ParseRefused as exc:
                 try:
                     _files.write_in_place(include, current, fallback=empty_text)

@@ -198,6 +198,13 @@ SWEEP_TABLE = [
     ('foreign name', 'my-net', {}, [P], {}, (None, None, [], [])),
     ('near miss name', 'pi-job-9-network', {}, [P], {}, (None, None, [], [])),
     ('outside id prefix', 'pi-job-9-net', OURS, [P], {'id_prefix': 'it5-'}, (None, None, [], [])),
+    # a proxy shard is the proxy: detached, never a reason to keep
+    ('shard only', 'pi-job-9-net', OURS, [m(PROXY + '-shard-2', 'running')], {},
+     ('remove', None, [PROXY + '-shard-2'], [])),
+    ('shard and job running', 'pi-job-9-net', OURS, [m(PROXY + '-shard-1', 'running'), m('pi-job-9', 'running')],
+     {}, ('keep', 'job-running', [], [])),
+    ('not a shard name', 'pi-job-9-net', OURS, [m(PROXY + '-shard-x', 'running')], {},
+     ('keep', 'member-running', [], [])),
 ]
 
 
@@ -329,7 +336,7 @@ FUTURE_NAMES = {'absolute_import', 'division', 'print_function'}
 
 
 def test_facade_exports_exactly_all():
-    assert jn.API_VERSION == '1.0'
+    assert jn.API_VERSION == '2.0'
     assert len(set(jn.__all__)) == len(jn.__all__)
     public = set(n for n in vars(jn) if not n.startswith('_')) - FUTURE_NAMES
     assert public == set(jn.__all__)

@@ -1,0 +1,389 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""Proxy shards: more proxy containers, each carrying a bounded number of job networks.
+
+The cost of attaching a job network grows with the number of networks the joining container
+already holds (docs/job-networks.md: x31.8 at 300), so one proxy carrying every job makes job
+starts slow on a busy host. A shard is a clone of the proxy container (same image, command,
+mounts, limits, health check, upstream network) named ``<proxy>-shard-<n>``. A job network gets
+the least-loaded running member of the family (the proxy first on a tie), attached with the
+network alias ``<proxy>`` (``pi-dispatch-egress-proxy``), so the job still reaches
+``pi-dispatch-egress-proxy:3128`` and nothing in the job contract changes.
+
+The proxy alone carries up to ``bound`` job networks; a shard is started only when every running
+member is full, and a shard whose last job network is torn down is removed. ``bound`` 0 turns
+sharding off (the proxy carries every job network).
+
+:func:`members` and :func:`choose` are the reads and the pure decision; :func:`clone_spec` is the
+pure copy of the proxy's shape; :func:`add_shard` and :func:`remove_if_empty` act.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy_spec import LABEL_ROLE, is_job_network
+
+LABEL_SHARD_OF = 'io.pi-dispatch.egress.shard-of'
+LABEL_SHARD_INDEX = 'io.pi-dispatch.egress.shard-index'
+SHARD_ROLE = 'proxy-shard'
+SHARD_INFIX = '-shard-'
+# Job networks the proxy (and each shard) carries before the next job gets a shard of its own
+# (role variable egress_proxy_shard_bound). Measured: an attach costs about 4 ms more per job
+# network the container already holds, so 50 keeps it near a quarter of a second.
+DEFAULT_BOUND = 50
+MAX_SHARDS = 64
+WAIT_HEALTHY = 60
+
+
+class ShardError(dc.EngineError):
+    """A shard could not be chosen, made or removed; the message says what to do."""
+
+
+def shard_name(proxy, index):
+    return '%s%s%d' % (proxy, SHARD_INFIX, index)
+
+
+def is_family_name(name, proxy):
+    """True for ``proxy`` itself and for a name of its shards (``<proxy>-shard-<n>``). Pure."""
+    if name == proxy:
+        return True
+    rest = name[len(proxy) + len(SHARD_INFIX):] if name.startswith(proxy + SHARD_INFIX) else ''
+    return rest.isdigit() and not rest.startswith('0')
+
+
+def family_on(net_attrs, proxy):
+    """The names of ``proxy``'s family with an active endpoint in a network's inspect dict."""
+    return sorted((c or {}).get('Name') for c in (net_attrs.get('Containers') or {}).values()
+                  if is_family_name((c or {}).get('Name') or '', proxy))
+
+
+def check_bound(bound, key='shard_bound'):
+    if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
+        raise ShardError('%s %r is not a number of job networks; use 0 (one proxy carries every job) or '
+                         'a whole number such as %d.' % (key, bound, DEFAULT_BOUND))
+    return bound
+
+
+class Member(object):
+    """One container of the proxy family: the proxy itself (index 0) or a shard."""
+
+    def __init__(self, name, index, state, job_networks, networks=None, health=None):
+        self.name = name
+        self.index = index
+        self.state = state
+        self.job_networks = sorted(job_networks)
+        self.networks = sorted(networks or [])
+        self.health = health
+
+    @property
+    def is_shard(self):
+        return self.index > 0
+
+    @property
+    def running(self):
+        return self.state == 'running'
+
+    @property
+    def load(self):
+        return len(self.job_networks)
+
+    def as_dict(self):
+        return dict(name=self.name, index=self.index, state=self.state, health=self.health, load=self.load,
+                    job_networks=list(self.job_networks), shard=self.is_shard)
+
+    def __repr__(self):
+        return 'Member(%r)' % (self.as_dict(),)
+
+
+def member_from_attrs(attrs, index):
+    """Member of a container inspect (or a container list summary)."""
+    state = attrs.get('State')
+    if isinstance(state, dict):
+        health = (state.get('Health') or {}).get('Status')
+        state = (state.get('Status') or 'unknown').lower()
+    else:
+        health = None
+        state = (state or 'unknown').lower()
+    nets = ((attrs.get('NetworkSettings') or {}).get('Networks') or {})
+    name = (attrs.get('Name') or (attrs.get('Names') or [''])[0]).lstrip('/')
+    return Member(name, index, state, [n for n in nets if is_job_network(n)], list(nets), health)
+
+
+def shard_index(labels, proxy):
+    """The shard index a container's labels give it within ``proxy``'s family, or None."""
+    labels = labels or {}
+    if labels.get(LABEL_SHARD_OF) != proxy:
+        return None
+    try:
+        index = int(labels.get(LABEL_SHARD_INDEX, ''))
+    except ValueError:
+        return None
+    return index if index >= 1 else None
+
+
+def members(client, proxy):
+    """Every container of ``proxy``'s family: [the proxy (when it exists)] + its shards by index."""
+    found = []
+    primary = dc.read('Inspecting container %s' % proxy, lambda: client.api.inspect_container(proxy), missing=True)
+    if primary is not None:
+        found.append(member_from_attrs(primary, 0))
+    listed = dc.read('Listing the shards of %s' % proxy,
+                     lambda: client.api.containers(all=True, filters={'label': '%s=%s' % (LABEL_SHARD_OF, proxy)}))
+    shards = []
+    for summary in listed:
+        index = shard_index(summary.get('Labels'), proxy)
+        if index is not None:
+            shards.append(member_from_attrs(summary, index))
+    return found + sorted(shards, key=lambda m: m.index)
+
+
+def choose(family, bound):
+    """The member a new job network gets, or None when a shard must be added first. Pure.
+
+    The least-loaded running member below ``bound`` (the proxy first on a tie, then the lowest
+    shard). ``bound`` 0: the proxy, whatever its load. Raises ShardError when the proxy does not
+    exist or is not running (a shard is a copy of it: nothing to copy from).
+    """
+    primary = family[0] if family and not family[0].is_shard else None
+    if primary is None:
+        raise ShardError('The egress proxy does not exist, so no job network can be attached. Create it '
+                         '(ansible-playbook pi_dispatch.egress.site), then retry.')
+    if not primary.running:
+        raise ShardError('The egress proxy %s is %s, so no job network can be attached. Start it (docker start '
+                         '%s, or ansible-playbook pi_dispatch.egress.site), then retry.'
+                         % (primary.name, primary.state, primary.name))
+    if not bound:
+        return primary
+    open_ = [m for m in family if m.running and m.load < bound]
+    if not open_:
+        return None
+    return min(open_, key=lambda m: (m.load, m.index))
+
+
+def next_index(family):
+    """The lowest shard index not taken (1, 2, ...)."""
+    taken = set(m.index for m in family if m.is_shard)
+    index = 1
+    while index in taken:
+        index += 1
+    return index
+
+
+_KEEP_HOST_CONFIG = ('Mounts', 'Binds', 'CapAdd', 'CapDrop', 'ReadonlyRootfs', 'Tmpfs', 'SecurityOpt', 'Sysctls',
+                     'Memory', 'MemorySwap', 'PidsLimit', 'Ulimits', 'LogConfig', 'RestartPolicy', 'ExtraHosts',
+                     'Privileged', 'Init', 'ShmSize', 'NanoCpus', 'CpuShares')
+
+
+def upstream_networks(attrs):
+    """The proxy's networks that are not job networks (its upstream first), in a stable order."""
+    nets = list(((attrs.get('NetworkSettings') or {}).get('Networks') or {}))
+    mode = (attrs.get('HostConfig') or {}).get('NetworkMode')
+    others = sorted(n for n in nets if not is_job_network(n))
+    if mode in others:
+        others.remove(mode)
+        others.insert(0, mode)
+    return others
+
+
+def clone_spec(attrs, proxy, index):
+    """The create call of shard ``index`` from the proxy's inspect ``attrs``. Pure.
+
+    Returns dict(name, image, command, entrypoint, environment, labels, healthcheck, user,
+    host_config, networks): the same image id, command, environment, health check, mounts,
+    capabilities, read-only root, tmpfs, sysctls, limits, log config and restart policy; the labels
+    of the proxy plus the shard's own; on the proxy's upstream network(s), no job network.
+    """
+    config = attrs.get('Config') or {}
+    host = attrs.get('HostConfig') or {}
+    labels = dict(config.get('Labels') or {})
+    labels[LABEL_ROLE] = SHARD_ROLE
+    labels[LABEL_SHARD_OF] = proxy
+    labels[LABEL_SHARD_INDEX] = str(index)
+    host_config = dict((k, host[k]) for k in _KEEP_HOST_CONFIG if host.get(k) not in (None, [], {}))
+    if 'Mounts' in host_config:
+        host_config.pop('Binds', None)
+        host_config['Mounts'] = [dict((k, v) for k, v in m.items() if v not in (None, {}, ''))
+                                 for m in host_config['Mounts']]
+    networks = upstream_networks(attrs)
+    host_config['NetworkMode'] = networks[0] if networks else 'none'
+    return dict(name=shard_name(proxy, index), image=attrs.get('Image') or config.get('Image'),
+                command=config.get('Cmd'), entrypoint=config.get('Entrypoint'), environment=config.get('Env'),
+                labels=labels, healthcheck=config.get('Healthcheck'), user=config.get('User') or None,
+                host_config=host_config, networks=networks)
+
+
+def _wait_healthy(client, name, timeout, sleep=time.sleep):
+    deadline = time.monotonic() + timeout
+    status = None
+    while True:
+        attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name))
+        state = attrs.get('State') or {}
+        status = (state.get('Health') or {}).get('Status') or state.get('Status')
+        if status == 'healthy' or (status == 'running' and not (state.get('Health'))):
+            return status
+        if state.get('Status') in ('exited', 'dead'):
+            return state.get('Status')
+        if time.monotonic() >= deadline:
+            return status
+        sleep(0.5)
+
+
+def add_shard(client, proxy, family, wait_timeout=WAIT_HEALTHY):
+    """Start the next shard of ``proxy`` (a clone of it) and wait until it is healthy. Returns its Member.
+
+    A name another process took meanwhile is taken as that process's shard (re-read, not made
+    twice). Raises ShardError when the proxy cannot be read, more than MAX_SHARDS would exist, or
+    the shard does not become healthy (it is removed again).
+    """
+    index = next_index(family)
+    if index > MAX_SHARDS:
+        raise ShardError('%s already has %d shards, the most this collection starts; raise the shard bound '
+                         '(egress_proxy_shard_bound) or spread the jobs over more hosts.' % (proxy, MAX_SHARDS))
+    return _create_shard(client, proxy, index, wait_timeout)
+
+
+def _create_shard(client, proxy, index, wait_timeout=WAIT_HEALTHY):
+    attrs = dc.read('Inspecting container %s' % proxy, lambda: client.api.inspect_container(proxy))
+    spec = clone_spec(attrs, proxy, index)
+    name = spec['name']
+    try:
+        created = client.api.create_container(
+            spec['image'], command=spec['command'], name=name, environment=spec['environment'],
+            labels=spec['labels'], healthcheck=spec['healthcheck'], user=spec['user'],
+            entrypoint=spec['entrypoint'], host_config=spec['host_config'])
+    except Exception as exc:
+        if dc.is_transient(exc):
+            raise dc.engine_error('Creating the shard %s' % name, exc)
+        if 'already in use' in dc.api_message(exc) or 'Conflict' in str(exc):
+            found = [m for m in members(client, proxy) if m.name == name]
+            if found:
+                return found[0]
+        raise ShardError('Creating the shard %s of %s failed: %s. Nothing is left of it.'
+                         % (name, proxy, dc.api_message(exc)))
+    try:
+        for extra in spec['networks'][1:]:
+            client.api.connect_container_to_network(created['Id'], extra)
+        client.api.start(created['Id'])
+        status = _wait_healthy(client, name, wait_timeout)
+    except Exception as exc:
+        _remove_quietly(client, name)
+        raise ShardError('Starting the shard %s of %s failed: %s. It was removed again.'
+                         % (name, proxy, dc.api_message(exc)))
+    if status != 'healthy':
+        _remove_quietly(client, name)
+        raise ShardError('The shard %s of %s did not become healthy within %ss (last status: %s). It was '
+                         'removed again; docker logs %s shows why the proxy itself would fail too.'
+                         % (name, proxy, wait_timeout, status, proxy))
+    attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name))
+    return member_from_attrs(attrs, index)
+
+
+def _remove_quietly(client, name):
+    try:
+        client.api.remove_container(name, force=True)
+    except Exception:  # best effort: the caller reports the first failure
+        pass
+
+
+def remove_if_empty(client, proxy, name):
+    """Remove shard ``name`` of ``proxy`` when it carries no job network. True when removed.
+
+    Never the proxy itself, never a container that is not a shard of ``proxy``.
+    """
+    attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name), missing=True)
+    if attrs is None:
+        return False
+    index = shard_index((attrs.get('Config') or {}).get('Labels'), proxy)
+    if index is None:
+        return False
+    if member_from_attrs(attrs, index).load:
+        return False
+    try:
+        client.api.remove_container(attrs['Id'], force=True)
+    except Exception as exc:
+        if dc.is_not_found(exc):
+            return False
+        raise dc.engine_error('Removing the empty shard %s' % name, exc)
+    return True
+
+
+# --- following the proxy ------------------------------------------------------------
+CUTTING = ('remove', 'replace', 'restart', 'stop')
+
+
+def follow_plan(family, proxy_actions):
+    """What each shard does after the proxy's ``proxy_actions`` (egress_proxy's decision). Pure.
+
+    A shard is a copy of the proxy, so it follows it: the proxy removed (state absent) -> the
+    shard removed; the proxy (re)created -> the shard replaced by a fresh copy of the new proxy
+    (its job networks attached again); restarted -> restarted (it reads the refreshed rules);
+    stopped -> stopped; started or unpaused -> a stopped shard started. A reconfigure reaches the
+    shards through the reload path (_reload.reload_family). Returns [(Member, action)].
+    """
+    actions = list(proxy_actions)
+    if 'remove' in actions and 'create' not in actions:
+        step = 'remove'
+    elif 'create' in actions:
+        step = 'replace'
+    elif 'restart' in actions:
+        step = 'restart'
+    elif 'stop' in actions:
+        step = 'stop'
+    elif 'start' in actions or 'unpause' in actions:
+        step = 'start'
+    else:
+        step = None
+    plan = []
+    for member in family:
+        if not member.is_shard or step is None:
+            continue
+        if step == 'start' and member.running:
+            continue
+        if step == 'stop' and member.state in ('exited', 'created', 'dead'):
+            continue
+        plan.append((member, step))
+    return plan
+
+
+def plan_jobs_cut(plan):
+    """Job networks the plan disconnects: every job of a shard that is removed, replaced, restarted or stopped."""
+    return sum(member.load for member, step in plan if step in CUTTING)
+
+
+def apply_plan(client, proxy, plan, wait_timeout=WAIT_HEALTHY):
+    """Carry out :func:`follow_plan` shard by shard. Returns [dict(name, action, jobs_cut, error)].
+
+    A replaced shard cuts only its own jobs: its job networks are attached to the new copy again
+    (with the proxy's alias) before the next shard is touched. A failure is reported for that
+    shard and the others go on.
+    """
+    done = []
+    for member, step in plan:
+        entry = dict(name=member.name, action=step, jobs_cut=member.load if step in CUTTING else 0, error=None)
+        try:
+            if step == 'remove':
+                client.api.remove_container(member.name, force=True)
+            elif step == 'replace':
+                client.api.remove_container(member.name, force=True)
+                _create_shard(client, proxy, member.index, wait_timeout)
+                for net in member.job_networks:
+                    client.api.connect_container_to_network(member.name, net, aliases=[proxy])
+            elif step == 'restart':
+                client.api.restart(member.name, timeout=10)
+                status = _wait_healthy(client, member.name, wait_timeout)
+                if status != 'healthy':
+                    raise ShardError('did not become healthy again within %ss (last status: %s)'
+                                     % (wait_timeout, status))
+            elif step == 'stop':
+                client.api.stop(member.name, timeout=10)
+            elif step == 'start':
+                client.api.start(member.name)
+        except Exception as exc:  # one shard's failure is reported; the others still follow
+            entry['error'] = dc.api_message(exc)
+        done.append(entry)
+    return done

@@ -1,0 +1,174 @@
+"""Proxy shards on the real engine (issue 15): with a small bound, jobs beyond it land on a shard.
+
+Uses the session world ``egress_env`` (a real squid proxy deployed by site.yml, a fake upstream
+under .test names on an --internal upstream network). The bound is set just above what the proxy
+already carries, so two job networks go to the proxy and the third to a new shard
+``<proxy>-shard-1``. Every job container, job network and shard is removed in the ``finally``;
+every probe is bounded (curl --max-time, nc -w, a few tries at most).
+"""
+
+import os
+import shlex
+
+import pytest
+
+docker = pytest.importorskip('docker')
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards  # noqa: E402
+
+PID = os.getpid()
+
+
+def _curl(container, proxy, url, timeout=10):
+    """(rc, connect status, final status) of one bounded curl through ``proxy`` inside ``container``."""
+    script = ('curl -sS -k --max-time %d --proxy http://%s:3128 -o /dev/null -w "%%{http_code} %%{http_connect}" %s; '
+              'echo " rc=$?"' % (timeout, proxy, shlex.quote(url)))
+    _rc, out = container.exec_run(['timeout', str(timeout + 5), 'sh', '-c', script])
+    words = (out or b'').decode('utf-8', 'replace').split()
+    codes = [w for w in words if w.isdigit()]
+    rc = [w for w in words if w.startswith('rc=')]
+    return (int(rc[-1][3:]) if rc else -1, int(codes[1]) if len(codes) > 1 else 0,
+            int(codes[0]) if codes else 0)
+
+
+def _nc(container, host, port, wait=2, tries=2):
+    for _attempt in range(tries):
+        rc, _out = container.exec_run(['timeout', str(wait + 2), 'nc', '-z', '-w', str(wait), host, str(port)])
+        if rc == 0:
+            return True
+    return False
+
+
+def _ip_on(client, container, network):
+    return client.api.inspect_container(container)['NetworkSettings']['Networks'][network]['IPAddress']
+
+
+@pytest.fixture
+def sharded(egress_env):
+    """Three job networks with a bound one above what the proxy carries: two on the proxy, one on a shard."""
+    client, proxy = egress_env.client, egress_env.proxy
+    family = jn.proxy_family(client, proxy)
+    assert [m.name for m in family] == [proxy], 'a shard is left from an earlier test: %s' % family
+    bound = family[0].load + 2
+    jobs = ['it15-%d-%d' % (PID, i) for i in range(3)]
+    containers = []
+    try:
+        nets = [jn.create_job_network(client, job, proxy_name=proxy, shard_bound=bound) for job in jobs]
+        for job, net in zip(jobs, nets):
+            # each job serves plain HTTP on 80, so "not reached" below is a real refusal, not an empty port
+            serve = ['python3', '/usr/local/bin/fake_upstream.py']
+            containers.append(client.containers.run(egress_env.tools_image, serve, name=net.container, detach=True,
+                                                    network=net.network))
+        yield dict(client=client, proxy=proxy, bound=bound, jobs=jobs, nets=nets, containers=containers,
+                   shard=_shards.shard_name(proxy, 1), env=egress_env)
+    finally:
+        for container in containers:
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+        for job in jobs:
+            try:
+                jn.teardown_job_network(client, job, proxy_name=proxy)
+            except jn.EngineError:
+                pass
+        for member in jn.proxy_family(client, proxy):
+            if member.is_shard:
+                client.api.remove_container(member.name, force=True)
+
+
+def test_jobs_beyond_the_bound_land_on_a_shard_that_is_a_copy_of_the_proxy(sharded):
+    client, proxy, shard = sharded['client'], sharded['proxy'], sharded['shard']
+    assert [n.proxy for n in sharded['nets']] == [proxy, proxy, shard]
+    family = jn.proxy_family(client, proxy)
+    assert [(m.name, m.running) for m in family] == [(proxy, True), (shard, True)]
+    assert family[1].job_networks == [sharded['nets'][2].network]
+    # the job contract does not change: same environment, same name to dial
+    assert sharded['nets'][2].env == sharded['nets'][0].env
+    assert sharded['nets'][2].env['HTTPS_PROXY'] == 'http://%s:3128' % proxy
+    # the shard is the proxy's shape: same image, mounts, hardening, health check
+    p, s = client.api.inspect_container(proxy), client.api.inspect_container(shard)
+    assert s['Image'] == p['Image']
+    assert s['State']['Health']['Status'] == 'healthy'
+    assert sorted((m['Source'], m['Destination'], m['RW']) for m in s['Mounts']) == \
+        sorted((m['Source'], m['Destination'], m['RW']) for m in p['Mounts'])
+    for key in ('CapDrop', 'ReadonlyRootfs', 'SecurityOpt', 'Sysctls', 'Memory', 'PidsLimit', 'Tmpfs', 'LogConfig'):
+        assert s['HostConfig'][key] == p['HostConfig'][key], key
+    assert s['Config']['Cmd'] == p['Config']['Cmd'] and s['Config']['Healthcheck'] == p['Config']['Healthcheck']
+    assert s['Config']['Labels'][_shards.LABEL_SHARD_OF] == proxy
+    assert not s['HostConfig']['PortBindings']
+    # on the job's network the shard answers to the proxy's name
+    endpoint = s['NetworkSettings']['Networks'][sharded['nets'][2].network]
+    assert proxy in (endpoint.get('Aliases') or [])
+
+
+def test_a_job_on_the_shard_reaches_the_allowed_host_and_is_denied_the_rest(sharded):
+    proxy = sharded['proxy']
+    for container in (sharded['containers'][0], sharded['containers'][2]):
+        rc, connect, code = _curl(container, proxy, 'https://api.provider.test/v1/messages')
+        assert (rc, connect, code) == (0, 200, 401), container.name
+        rc, connect, _code = _curl(container, proxy, 'https://denied.test/')
+        assert connect == 403 and rc != 0, container.name
+        rc, _connect, code = _curl(container, proxy, 'http://denied.test/')
+        assert code == 403, container.name
+
+
+def test_jobs_cannot_reach_each_other_across_shards(sharded):
+    client = sharded['client']
+    on_proxy, on_shard = sharded['containers'][0], sharded['containers'][2]
+    net_proxy, net_shard = sharded['nets'][0].network, sharded['nets'][2].network
+    assert _nc(on_proxy, '127.0.0.1', 80, tries=5) and _nc(on_shard, '127.0.0.1', 80, tries=5), 'a job does not serve'
+    assert not _nc(on_shard, _ip_on(client, on_proxy.name, net_proxy), 80), 'the job on the shard reached the other job'
+    assert not _nc(on_proxy, _ip_on(client, on_shard.name, net_shard), 80), 'the job on the proxy reached the other job'
+    assert not _nc(on_shard, on_proxy.name, 80), 'the job on the shard reached the other job by name'
+    # neither reaches the other's carrier on the other network (squid listens there: a route would show)
+    assert not _nc(on_shard, _ip_on(client, sharded['proxy'], net_proxy), 3128)
+    assert not _nc(on_proxy, _ip_on(client, sharded['shard'], net_shard), 3128)
+    # and each reaches its own carrier by the proxy's name
+    assert _nc(on_shard, sharded['proxy'], 3128) and _nc(on_proxy, sharded['proxy'], 3128)
+
+
+def test_a_reload_reaches_the_shard_and_the_jobs_survive_it(sharded):
+    client, proxy, env = sharded['client'], sharded['proxy'], sharded['env']
+    paths = _deployment.Layout(env.deploy_dir).paths
+    with open(paths['allowlist']) as handle:
+        before = handle.read()
+    on_shard = sharded['containers'][2]
+    assert _curl(on_shard, proxy, 'https://denied.test/')[1] == 403
+    try:
+        _files.write_in_place(paths['allowlist'], before + 'denied.test\n')
+        record = _reload.reload_family(client, client.containers.get(proxy), paths)
+        assert [(m['name'], m['reconfigured']) for m in record['members']] == [(proxy, True),
+                                                                                (sharded['shard'], True)]
+        # the shard re-read the allowlist: the name it refused is now let through
+        rc, connect, code = _curl(on_shard, proxy, 'https://denied.test/')
+        assert (rc, connect, code) == (0, 200, 401)
+    finally:
+        _files.write_in_place(paths['allowlist'], before)
+        _reload.reload_family(client, client.containers.get(proxy), paths)
+    assert _curl(on_shard, proxy, 'https://denied.test/')[1] == 403
+    # the jobs kept their networks and their carriers through both reloads
+    family = jn.proxy_family(client, proxy)
+    assert family[1].job_networks == [sharded['nets'][2].network]
+    assert _curl(sharded['containers'][0], proxy, 'https://api.provider.test/v1/messages')[:2] == (0, 200)
+
+
+def test_the_last_job_off_a_shard_removes_it_and_the_sweep_knows_shards(sharded):
+    client, proxy, shard = sharded['client'], sharded['proxy'], sharded['shard']
+    job = sharded['jobs'][2]
+    sharded['containers'][2].remove(force=True)
+    done = jn.teardown_job_network(client, job, proxy_name=proxy)
+    assert done['actions'] == ['detach %s' % shard, 'remove %s' % jn.network_name(job),
+                               'remove the empty shard %s' % shard]
+    assert [m.name for m in jn.proxy_family(client, proxy)] == [proxy]
+    # a stale job network left on a shard (a dead worker) is swept like one on the proxy
+    again = jn.create_job_network(client, job, proxy_name=proxy, shard_bound=sharded['bound'])
+    assert again.proxy == shard
+    result = jn.sweep(client, min_age=0, proxy_name=proxy, id_prefix=job)
+    assert [(e['network'], e['detached']) for e in result['removed']] == [(again.network, [shard])]
+    assert result['removed_shards'] == [shard]
+    assert [m.name for m in jn.proxy_family(client, proxy)] == [proxy]
