@@ -14,14 +14,19 @@ without a daemon:
   and include, and its squid package against the mirror;
 * ``_doctor_probes``: the probe containers (the canary's three probes and three
   per declared model endpoint) and their verdicts;
+* ``_doctor_shards``: the proxy's shards: the family lines, and the same probes
+  through every running shard;
 * ``_doctor_isolation``: two peers on two job networks;
 * ``_doctor_overlay``: the overlay models.json and the allowlist (files only);
 * ``_doctor_sweep``: what killed earlier runs left behind;
 * ``_doctor_firewall``: the host firewall layer.
 
 The canary's own objects are ``pi-dispatch-egress-doctor-<pid>`` (an
-``--internal`` network with the proxy attached) and the probe containers
-``pi-dispatch-egress-probe-<probe>-<pid>``. Every one of them is removed at the
+``--internal`` network with the proxy attached), one
+``pi-dispatch-egress-doctor-<pid>-shard-<n>`` per running shard (that shard
+attached with the alias ``<proxy>``) and the probe containers
+``pi-dispatch-egress-probe-<probe>-<pid>`` (``...-probe-shard-<n>-<probe>-<pid>``
+through a shard). Every one of them is removed at the
 end of the run that made it, or reported in that same run, so what a later
 run finds was left by a killed run (the sweep).
 """
@@ -49,6 +54,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_probes 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_proxy import ProxyMixin, proxy_lines
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_squid import (
     SQUID_CANDIDATE_TIMEOUT, SquidMixin)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_shards import (
+    ShardsMixin, probed_shards, shard_notrun_lines)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_sweep import SweepMixin
 
 DEFAULT_PROVIDER_HOST = 'api.anthropic.com'
@@ -136,7 +143,7 @@ class DoctorOptions(object):
 
 # --- the daemon side -------------------------------------------------------------------------------
 
-class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, SweepMixin):
+class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, SweepMixin):
     """Runs the sweep, the proxy checks, the canary and the rest against a daemon; collects lines and actions."""
 
     def __init__(self, client, options):
@@ -169,39 +176,46 @@ class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, 
         self._endpoints_error = None
 
     # --- canary --------------------------------------------------------------------------------
-    def canary(self):
-        """Create the throwaway network, run every probe concurrently, tear down (always).
+    def canary(self, shards=()):
+        """Create the throwaway networks, run every probe concurrently, tear down (always).
 
-        Returns (canary lines, endpoint lines, isolation lines).
+        The probes run through the proxy on ``pi-dispatch-egress-doctor-<pid>`` and, for each
+        running shard in ``shards`` (``_shards.Member``), on ``...-shard-<n>`` with that shard
+        attached under the proxy's name. Returns (canary lines, endpoint lines, isolation lines).
         """
         net = network_name(self.pid)
         jobs = self._endpoint_jobs()
+        shards = probed_shards(shards)
 
         def unprobed(why):
             return [endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why)
                     for _key, endpoint, kind, _url, _t in jobs]
 
+        def not_set_up(why, fix=None):
+            canary, endpoint_lines = shard_notrun_lines(shards, [(e, kind) for _k, e, kind, _u, _t in jobs], why)
+            return ([Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % why,
+                          fix=fix)] + canary, unprobed(why) + endpoint_lines, self._isolation_skipped(why))
+
         try:
             if dc.get_image(self.client, self.probe_image) is None:
-                why = 'the probe image %s is not on this daemon' % self.probe_image
-                return ([Line('canary.setup', 'notrun',
-                              'Egress canary could not be set up (%s), so no probe ran' % why,
-                              fix='build the probe image like a job image (it needs sh and curl) and set '
-                                  'doctor_probe_image')],
-                        unprobed(why), self._isolation_skipped(why))
+                return not_set_up('the probe image %s is not on this daemon' % self.probe_image,
+                                  fix='build the probe image like a job image (it needs sh and curl) and set '
+                                      'doctor_probe_image')
         except dc.EngineError as exc:
-            return ([Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % exc)],
-                    unprobed(str(exc)), self._isolation_skipped(str(exc)))
+            return not_set_up(str(exc))
         results = {}
         lines, endpoint_lines, isolation_lines = [], [], []
         created = False
+        base_ok = True
         iso_thread = None
         iso_out = []
+        lanes = []
         try:
             if self.isolation_enabled:
                 iso_thread = threading.Thread(target=lambda: iso_out.extend(self.isolation()))
                 iso_thread.daemon = True
                 iso_thread.start()
+            lanes, join_lanes = self.setup_lanes(shards)
             try:
                 self.client.api.create_network(net, driver='bridge', internal=True, labels={LABEL: str(self.pid)})
                 created = True
@@ -213,27 +227,35 @@ class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, 
                                   fix='docker network ls --filter name=%s; docker inspect %s'
                                       % (NETWORK_PREFIX, self.proxy)))
                 endpoint_lines = unprobed(why)
-                jobs = None
+                base_ok = False
+            join_lanes()
             threads = []
-            for probe, url in (sorted(self._targets().items()) if jobs is not None else ()):
+            for probe, url in (sorted(self._targets().items()) if base_ok else ()):
                 threads.append(threading.Thread(target=self._run_probe, args=(probe, url, net, results)))
-            for key, endpoint, kind, url, tunnel in (jobs or ()):
+            for key, endpoint, kind, url, tunnel in (jobs if base_ok else ()):
                 if url is None:
                     continue
                 name = endpoint_probe_name(kind, endpoint.id, self.pid)
                 threads.append(threading.Thread(target=self._run_probe, args=(key, url, net, results),
                                                 kwargs=dict(timeout=self.endpoint_timeout, tunnel=tunnel,
                                                             name=name)))
+            for lane in lanes:
+                if lane.ready:
+                    threads.extend(self.lane_threads(lane, jobs, results))
             for thread in threads:
                 thread.daemon = True
                 thread.start()
-            longest = max([self.probe_timeout] + ([self.endpoint_timeout] if jobs else []))
+            longest = max([self.probe_timeout] + ([self.endpoint_timeout] if jobs and (base_ok or lanes) else []))
             deadline = time.monotonic() + longest + self.start_grace + 15
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-            if jobs is not None:
+            if base_ok:
                 lines.extend(self._classify(results))
                 endpoint_lines = self._classify_endpoints(jobs, results)
+            for lane in lanes:
+                lane_canary, lane_endpoints = self.lane_lines(lane, jobs, results)
+                lines.extend(lane_canary)
+                endpoint_lines.extend(lane_endpoints)
         finally:
             if iso_thread is not None:
                 iso_thread.join(ISOLATION_CONNECT_TIMEOUT * 2 + self.start_grace + 60)
@@ -241,7 +263,7 @@ class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, 
                                                          'Job-to-job isolation was not checked (it did not finish)')]
             elif not self.isolation_enabled:
                 isolation_lines = self._isolation_skipped('doctor_isolation is false')
-            lines.extend(self.teardown(net, created))
+            lines.extend(self.teardown(net, created, [(lane.net, lane.name) for lane in lanes]))
         return lines, endpoint_lines, isolation_lines
 
     # --- everything ------------------------------------------------------------------------------
@@ -250,6 +272,8 @@ class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, 
         lines = []
         attrs = self.proxy_attrs()
         lines.extend(proxy_lines(self.proxy, attrs))
+        family, family_out = self.proxy_family()
+        lines.extend(family_out)  # nothing without shards
         lines.append(self.rules_line())
         leftovers = self.sweep() if self.sweep_enabled else []
         running = attrs is not None and (attrs.get('State') or {}).get('Running') and \
@@ -262,7 +286,7 @@ class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, 
             squid_thread.start()
             lines.extend(self.guard_lines(attrs))
             lines.extend(self.include_lines(attrs))
-            canary, endpoint_lines, isolation_lines = self.canary()
+            canary, endpoint_lines, isolation_lines = self.canary(family)
             squid_thread.join(SQUID_CANDIDATE_TIMEOUT + self.start_grace + 30)
             lines.extend(squid_out or [Line('proxy.squid_unread', 'warn',
                                             'Egress proxy squid: the package version inside %s could not be read '
@@ -271,12 +295,14 @@ class Doctor(ProxyMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, 
             lines.extend(canary)
             lines.extend(endpoint_lines)
         else:
-            for probe in PROBES:
-                lines.append(notrun_line(probe, 'the proxy is not running'))
-            for endpoint in sorted(self._endpoints or [], key=lambda e: e.id):
-                for kind in ENDPOINT_PROBES:
-                    lines.append(endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind],
-                                                      'the proxy is not running'))
+            why = 'the proxy is not running'
+            probed = [(endpoint, kind) for endpoint in sorted(self._endpoints or [], key=lambda e: e.id)
+                      for kind in ENDPOINT_PROBES]
+            shard_canary, shard_endpoints = shard_notrun_lines(probed_shards(family), probed, why)
+            lines.extend(notrun_line(probe, why) for probe in PROBES)
+            lines.extend(shard_canary)
+            lines.extend(endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why) for endpoint, kind in probed)
+            lines.extend(shard_endpoints)
             isolation_lines = self._isolation_skipped('the proxy is not running')
         lines.extend(self.overlay())
         lines.extend(isolation_lines)

@@ -152,11 +152,16 @@ class IsolationMixin(object):
                     made.append(peer)
                 proxy_ips = {}
                 for peer in PEERS:
+                    # The member of the proxy's family that carries it: the proxy, or a shard (under the
+                    # proxy's name as its alias, so the peer still dials the proxy's name).
+                    carrier = getattr(nets[peer], 'proxy', None) or self.proxy
                     attrs = self.client.api.inspect_network(nets[peer].network)
-                    ours = [c for c in (attrs.get('Containers') or {}).values() if c.get('Name') == self.proxy]
+                    ours = [c for c in (attrs.get('Containers') or {}).values() if c.get('Name') == carrier]
                     proxy_ips[peer] = (ours[0].get('IPv4Address') or '').split('/')[0] if ours else ''
                     if not proxy_ips[peer]:
-                        raise dc.EngineError('the proxy has no address on %s' % nets[peer].network)
+                        raise dc.EngineError('the proxy has no address on %s' % nets[peer].network
+                                             if carrier == self.proxy else
+                                             'the proxy shard %s has no address on %s' % (carrier, nets[peer].network))
             except Exception as exc:
                 return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (setting up the '
                              'job networks failed: %s)' % ' '.join(str(exc).split()),

@@ -38,6 +38,12 @@ LINES = [
     ('proxy.missing', 'proxy', 'fail', 'Egress proxy missing: there is no container <proxy>, so every job is refused'),
     ('proxy.stopped', 'proxy', 'fail', 'Egress proxy stopped (<proxy> is <state>), so every job is refused'),
     ('proxy.health', 'proxy', 'ok', 'Egress proxy health: <health>'),
+    # Proxy shards (_doctor_shards.py): only when the proxy has shards.
+    ('proxy.shards', 'proxy', 'ok', 'Egress proxy family of <count>, with state, health and job networks: <members>'),
+    ('proxy.shard_stopped', 'proxy', 'fail', 'Egress proxy shard stopped (<shard> is <state>): <what>'),
+    ('proxy.shard_health', 'proxy', 'warn', 'Egress proxy shard health: <shard> is <health>'),
+    ('proxy.shards_unread', 'proxy', 'warn',
+     'Egress proxy shards could not be listed (<why>), so the canary ran through the proxy only'),
     ('proxy.rules', 'proxy', 'ok', "Egress proxy rules: <rules> matches the collection's copy (<packaged>)"),
     ('proxy.rules_differ', 'proxy', 'warn',
      "Egress proxy rules: <rules> differs from the collection's copy (<packaged>)"),
@@ -93,6 +99,25 @@ LINES = [
      'way left to find it: docker rm -f <probe>'),
     ('canary.cleanup_rm', 'canary', 'warn',
      'Egress canary: the network <net> could not be removed: docker network rm <net>'),
+    # The canary through each running proxy shard: the proxy's lines, via_shard() of their wording.
+    ('canary.shard_provider', 'canary', 'ok',
+     'Egress policy reaches the provider through <shard> (<provider> answered <code>, so the whole path works and '
+     'no key was spent)'),
+    ('canary.shard_provider_unreached', 'canary', 'warn',
+     'Egress policy does not reach the provider through <shard> (<provider>: <what>)'),
+    ('canary.shard_deny', 'canary', 'ok',
+     'Egress policy denies an unlisted host through <shard> (<deny>: the proxy refused the tunnel with 403; the deny '
+     'direction is the half an allowlist can silently lose)'),
+    ('canary.shard_deny_leaks', 'canary', 'fail',
+     'Egress policy lets an unlisted host through <shard> (<deny>: <what>)'),
+    ('canary.shard_plain', 'canary', 'ok',
+     'Egress policy refuses plain HTTP to a listed host off port 80 through <shard> (<listed>:443 without a tunnel '
+     'got squid\'s 403 <error>; only a CONNECT reaches 443)'),
+    ('canary.shard_plain_leaks', 'canary', 'fail',
+     'Egress policy lets plain HTTP through to <listed> on port 443 through <shard> (<what>)'),
+    ('canary.shard_notrun', 'canary', 'notrun', 'Egress canary probe <probe> did not run through <shard> (<why>)'),
+    ('canary.shard_setup', 'canary', 'notrun',
+     'Egress canary could not be set up through <shard> (<why>), so no probe ran'),
     ('endpoints.include', 'endpoints', 'ok',
      'Model endpoints: the include inside the running proxy matches model-endpoints.json (<ids>)'),
     ('endpoints.rules_without_include', 'endpoints', 'fail',
@@ -127,6 +152,26 @@ LINES = [
      'Model endpoint <id> admits a plain forward request (GET http://<address>/v1/models without a tunnel '
      '<what>): the rules allow more than a tunnel'),
     ('endpoint.notrun', 'endpoints', 'notrun', 'Model endpoint <id>: the <probe> probe did not run (<why>)'),
+    # The model endpoint probes through each running proxy shard.
+    ('endpoint.shard_tunnel', 'endpoints', 'ok',
+     'Model endpoint <id> answers through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: <code>)'),
+    ('endpoint.shard_tunnel_fails', 'endpoints', 'warn',
+     'Model endpoint <id> does not answer through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: '
+     '<what>)'),
+    ('endpoint.shard_port_exact', 'endpoints', 'ok',
+     "Model endpoint <id>'s rule is port-exact through <shard> (a CONNECT to <host>:<port>, a port nobody declared, "
+     "got the proxy's 403)"),
+    ('endpoint.shard_port_leaks', 'endpoints', 'warn',
+     "Model endpoint <id>'s rule is not port-exact through <shard> (a CONNECT to <host>:<port>, a port nobody "
+     "declared, <what>): the rules allow more than you declared"),
+    ('endpoint.shard_plain', 'endpoints', 'ok',
+     "Model endpoint <id> admits no plain forward request through <shard> (GET http://<address>/v1/models without "
+     "a tunnel got the proxy's 403 <error>)"),
+    ('endpoint.shard_plain_leaks', 'endpoints', 'warn',
+     'Model endpoint <id> admits a plain forward request through <shard> (GET http://<address>/v1/models without a '
+     'tunnel <what>): the rules allow more than a tunnel'),
+    ('endpoint.shard_notrun', 'endpoints', 'notrun',
+     'Model endpoint <id>: the <probe> probe did not run through <shard> (<why>)'),
     ('overlay.allowlist', 'overlay', 'warn',
      "<entry> in egress-allowlist.conf opens the host's port 443 and port 80 to every job, and no model server "
      "port"),
@@ -225,6 +270,31 @@ _BY_ID = dict((item[0], item) for item in LINES)
 def shape(line_id):
     """The catalogue's wording of ``line_id`` (for a line that has no placeholder)."""
     return _BY_ID[line_id][3]
+
+
+# --- the canary through a proxy shard: the proxy's lines, renamed -------------------------------------
+
+def shard_line_id(line_id):
+    """The id of ``line_id``'s variant through a shard (``canary.deny`` -> ``canary.shard_deny``)."""
+    group, _dot, rest = line_id.partition('.')
+    return '%s.shard_%s' % (group, rest)
+
+
+def via_shard(text, shard):
+    """``text`` (a canary or endpoint line, or its shape) said of the probe through ``shard``. Pure.
+
+    The shard goes into the head, before the first `` (``: "... through the proxy" becomes
+    "... through <shard>", a head ending in "through" gets the shard, any other head
+    " through <shard>".
+    """
+    head, sep, tail = text.partition(' (')
+    if head.endswith(' through the proxy'):
+        head = head[:-len('the proxy')] + shard
+    elif head.endswith(' through'):
+        head = '%s %s' % (head, shard)
+    else:
+        head = '%s through %s' % (head, shard)
+    return head + sep + tail
 
 
 class Line(object):

@@ -6,7 +6,9 @@
 Every object a doctor run makes carries the run's pid in its name, so that a
 later run can tell a killed run's leftovers from a live run's objects:
 
-* the canary's ``--internal`` network ``pi-dispatch-egress-doctor-<pid>``;
+* the canary's ``--internal`` network ``pi-dispatch-egress-doctor-<pid>``, and
+  one more per running proxy shard, ``pi-dispatch-egress-doctor-<pid>-shard-<n>``
+  (that shard attached with the proxy's name as its alias);
 * the probe containers ``pi-dispatch-egress-probe-<probe>-<pid>`` (the
   canary's, the model endpoints', the isolation peers', the squid check's and
   the firewall probe's);
@@ -28,6 +30,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
 NETWORK_PREFIX = 'pi-dispatch-egress-doctor-'
 PROBE_PREFIX = 'pi-dispatch-egress-probe-'
 NETWORK_RE = re.compile(r'^pi-dispatch-egress-doctor-(\d+)$')
+# One more canary network per running proxy shard (the shard attached with the proxy's alias).
+SHARD_NET_RE = re.compile(r'^pi-dispatch-egress-doctor-(\d+)-shard-([1-9]\d*)$')
+SHARD_PROBE_RE = re.compile(r'^pi-dispatch-egress-probe-shard-([1-9]\d*)-[a-z0-9]+(?:-[a-z0-9]+)*-(\d+)$')
 PROBE_RE = re.compile(r'^pi-dispatch-egress-probe-([a-z0-9]+(?:-[a-z0-9]+)*?)-(\d+)$')
 LABEL = 'io.pi-dispatch.egress.doctor'
 PEERS = ('a', 'b')
@@ -45,13 +50,42 @@ def probe_name(probe, pid):
     return '%s%s-%d' % (PROBE_PREFIX, probe, int(pid))
 
 
+def shard_network_name(pid, index):
+    """``pi-dispatch-egress-doctor-<pid>-shard-<n>``: the canary network through proxy shard ``index``."""
+    return '%s%d-shard-%d' % (NETWORK_PREFIX, int(pid), int(index))
+
+
+def shard_key(index, key=''):
+    """The probe key (and name part) of probe ``key`` through shard ``index``: ``shard-<n>-<key>``."""
+    return 'shard-%d-%s' % (int(index), key)
+
+
+def shard_probe_name(index, probe, pid):
+    """``pi-dispatch-egress-probe-shard-<n>-<probe>-<pid>`` (PROBE_RE covers it, so the sweep does)."""
+    return probe_name(shard_key(index, probe), pid)
+
+
+def network_shard(name):
+    """The shard index in a shard canary network's name, or None."""
+    match = SHARD_NET_RE.fullmatch(name or '')
+    return int(match.group(2)) if match else None
+
+
+def probe_shard(name):
+    """The shard index in a shard probe's name, or None (the proxy's own probes and every other probe)."""
+    match = SHARD_PROBE_RE.fullmatch((name or '').lstrip('/'))
+    return int(match.group(1)) if match else None
+
+
 def parse_doctor_network(name):
     """The pid in a doctor network's name, or None when the name is not exactly one.
 
-    Two shapes: the canary's ``pi-dispatch-egress-doctor-<pid>`` and the
-    isolation check's job networks ``pi-job-doctor-<pid>-<a|b>-net``.
+    Three shapes: the canary's ``pi-dispatch-egress-doctor-<pid>``, its shard
+    networks ``pi-dispatch-egress-doctor-<pid>-shard-<n>`` and the isolation
+    check's job networks ``pi-job-doctor-<pid>-<a|b>-net``.
     """
-    match = NETWORK_RE.fullmatch(name or '') or ISOLATION_NET_RE.fullmatch(name or '')
+    name = name or ''
+    match = NETWORK_RE.fullmatch(name) or SHARD_NET_RE.fullmatch(name) or ISOLATION_NET_RE.fullmatch(name)
     return int(match.group(1)) if match else None
 
 

@@ -25,7 +25,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoin
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_names import (
-    LABEL, PEERS, peer_name, probe_name)
+    LABEL, PEERS, peer_name, probe_name, probe_shard, shard_network_name)
 
 PROBES = ('provider', 'deny', 'plain')
 ENDPOINT_PROBES = ('tunnel', 'port', 'plain')
@@ -344,12 +344,13 @@ class ProbesMixin(object):
         results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
                           % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
 
-    def _classify(self, results):
+    def _classify(self, results, prefix=''):
+        """The canary's three lines from ``results`` (keys ``<prefix><probe>``: a shard's lane has its prefix)."""
         lines = []
         for probe, fn, host in (('provider', classify_provider, self.provider_host),
                                 ('deny', classify_deny, self.deny_host),
                                 ('plain', classify_plain, self.listed_host)):
-            parsed, why = results.get(probe, (None, 'it did not finish within %ss' % (
+            parsed, why = results.get(prefix + probe, (None, 'it did not finish within %ss' % (
                 self.probe_timeout + self.start_grace + 15)))
             lines.append(fn(host, parsed, why_not=why))
         return lines
@@ -372,11 +373,12 @@ class ProbesMixin(object):
                 jobs.append(('endpoint-%s-%s' % (kind, endpoint.id), endpoint, kind, url, tunnel))
         return jobs
 
-    def _classify_endpoints(self, jobs, results):
+    def _classify_endpoints(self, jobs, results, prefix='', container=None):
+        """The endpoint lines (keys ``<prefix><key>``); ``container`` (default the proxy) completes the fixes."""
         lines = []
         wait = self.endpoint_timeout + self.start_grace + 15
         for key, endpoint, kind, url, _tunnel in jobs:
-            parsed, why = results.get(key, (None, 'it did not finish within %ss' % wait))
+            parsed, why = results.get(prefix + key, (None, 'it did not finish within %ss' % wait))
             if kind == 'tunnel':
                 lines.append(classify_endpoint_tunnel(endpoint, parsed, self.endpoint_timeout, why_not=why))
             elif kind == 'port':
@@ -385,13 +387,17 @@ class ProbesMixin(object):
                 lines.append(classify_endpoint_plain(endpoint, parsed, why_not=why))
         for line in lines:
             if line.fix and '<proxy>' in line.fix:
-                line.fix = line.fix.replace('<proxy>', self.proxy)
+                line.fix = line.fix.replace('<proxy>', container or self.proxy)
         return lines
 
-    def teardown(self, net, created):
-        """Remove this run's probes and network; a line for anything that would not go."""
+    def teardown(self, net, created, shard_nets=()):
+        """Remove this run's probes and networks; a line for anything that would not go.
+
+        ``shard_nets``: (network, shard) of every shard lane that was set up or tried (a network
+        that is not there is fine).
+        """
         lines = []
-        stuck = None
+        stuck = {}
         peers = set(peer_name(peer, self.pid) for peer in PEERS)  # the isolation check removes its own
         with self._lock:
             names = [probe_name(probe, self.pid) for probe in PROBES] + \
@@ -401,9 +407,17 @@ class ProbesMixin(object):
                 self.client.api.remove_container(name, force=True)
             except Exception as exc:
                 if not dc.is_not_found(exc):
-                    stuck = stuck or name
-        if not created:
-            return lines
+                    shard = probe_shard(name)
+                    stuck.setdefault(net if shard is None else shard_network_name(self.pid, shard), name)
+        if created:
+            lines.extend(self._teardown_network(net, self.proxy, stuck.get(net)))
+        for shard_net, shard in shard_nets:
+            lines.extend(self._teardown_network(shard_net, shard, stuck.get(shard_net)))
+        return lines
+
+    def _teardown_network(self, net, container, stuck):
+        """Detach ``container`` from this run's ``net`` and remove it, unless the probe ``stuck`` keeps it."""
+        lines = []
         if stuck:
             lines.append(Line('canary.cleanup_kept', 'warn',
                               'Egress canary: %s is kept, because the probe %s could not be removed and the network '
@@ -411,7 +425,7 @@ class ProbesMixin(object):
                               fix='docker rm -f %s, then re-run doctor' % stuck))
             return lines
         try:
-            self.client.api.disconnect_container_from_network(self.proxy, net, force=True)
+            self.client.api.disconnect_container_from_network(container, net, force=True)
         except Exception:  # the removal below reports what matters
             pass
         try:

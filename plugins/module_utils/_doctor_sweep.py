@@ -19,8 +19,8 @@ __metaclass__ = type
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_names import (
-    ISOLATION_NET_PREFIX, ISOLATION_NET_RE, NETWORK_PREFIX, PEERS, PROBE_PREFIX, daemon_locality, parse_doctor_network,
-    peer_name, pid_alive, probe_pid)
+    ISOLATION_NET_PREFIX, ISOLATION_NET_RE, NETWORK_PREFIX, PEERS, PROBE_PREFIX, daemon_locality, network_shard,
+    parse_doctor_network, peer_name, pid_alive, probe_pid, probe_shard)
 
 
 # --- the leftover sweep: pure decisions ---------------------------------------------------
@@ -46,15 +46,19 @@ def plan_leftover(name, own_pid, alive, local):
 def probe_of_network(probe, net, pid):
     """Whether a (possibly stopped) probe container named for ``pid`` belongs on ``net``.
 
-    An isolation network holds only its own peer; the canary network holds
-    every other probe of that pid.
+    An isolation network holds only its own peer; a shard's canary network
+    (``...-doctor-<pid>-shard-<n>``) only the probes through that shard; the
+    canary network every other probe of that pid.
     """
     if probe_pid(probe) != pid:
         return False
     match = ISOLATION_NET_RE.fullmatch(net or '')
     if match:
         return probe.lstrip('/') == peer_name(match.group(2), pid)
-    return probe.lstrip('/') not in set(peer_name(peer, pid) for peer in PEERS)
+    shard = network_shard(net)
+    if shard is not None:
+        return probe_shard(probe) == shard
+    return probe.lstrip('/') not in set(peer_name(peer, pid) for peer in PEERS) and probe_shard(probe) is None
 
 
 def split_attached(attached, pid):

@@ -107,7 +107,10 @@ def member_from_attrs(attrs, index):
         health = (state.get('Health') or {}).get('Status')
         state = (state.get('Status') or 'unknown').lower()
     else:
-        health = None
+        # a container list summary: the health is in its Status text, e.g. "Up 3 minutes (healthy)"
+        status = (attrs.get('Status') or '').lower()
+        health = next((h for h in ('unhealthy', 'healthy', 'starting') if '(%s)' % h in status
+                       or '(health: %s)' % h in status), None)
         state = (state or 'unknown').lower()
     nets = ((attrs.get('NetworkSettings') or {}).get('Networks') or {})
     name = (attrs.get('Name') or (attrs.get('Names') or [''])[0]).lstrip('/')
