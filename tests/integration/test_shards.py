@@ -172,3 +172,38 @@ def test_the_last_job_off_a_shard_removes_it_and_the_sweep_knows_shards(sharded)
     assert [(e['network'], e['detached']) for e in result['removed']] == [(again.network, [shard])]
     assert result['removed_shards'] == [shard]
     assert [m.name for m in jn.proxy_family(client, proxy)] == [proxy]
+
+
+def test_the_doctor_reports_both_members_and_runs_the_canary_through_the_shard(sharded, tmp_path):
+    from test_doctor import run_doctor
+    proxy, shard = sharded['proxy'], sharded['shard']
+    rc, out, by_id, _lines = run_doctor(sharded['env'], tmp_path, 'shards', doctor_isolation=False)
+    assert rc == 0, out[-4000:]
+    family = by_id['proxy.shards']
+    assert family['status'] == 'ok', family
+    assert 'family of 2' in family['message'] and '%s (running, healthy' % proxy in family['message']
+    assert '%s (running, healthy, 1 job network' % shard in family['message'], family
+    for line_id in ('canary.provider', 'canary.deny', 'canary.plain'):
+        assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id))
+        assert shard not in by_id[line_id]['message']
+    for line_id in ('canary.shard_provider', 'canary.shard_deny', 'canary.shard_plain'):
+        assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
+        assert 'through %s' % shard in by_id[line_id]['message']
+    assert '401' in by_id['canary.shard_provider']['message']
+    assert 'proxy.shard_stopped' not in by_id and 'proxy.shard_health' not in by_id
+    # the doctor's own networks and probes are gone; the shard still carries only its job network
+    client = sharded['client']
+    assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
+    assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
+    assert jn.proxy_family(client, proxy)[1].job_networks == [sharded['nets'][2].network]
+
+
+def test_a_stopped_shard_is_a_failed_doctor_line(sharded, tmp_path):
+    from test_doctor import run_doctor
+    client, shard = sharded['client'], sharded['shard']
+    client.api.stop(shard, timeout=5)
+    rc, out, by_id, _lines = run_doctor(sharded['env'], tmp_path, 'shard-stopped', doctor_isolation=False)
+    assert rc != 0
+    line = by_id['proxy.shard_stopped']
+    assert line['status'] == 'fail' and '%s is exited' % shard in line['message'], (line, out[-3000:])
+    assert not [i for i in by_id if i.startswith('canary.shard_')]
