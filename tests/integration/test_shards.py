@@ -25,8 +25,9 @@ PID = os.getpid()
 
 def _curl(container, proxy, url, timeout=10):
     """(rc, connect status, final status) of one bounded curl through ``proxy`` inside ``container``."""
-    script = ('curl -sS -k --max-time %d --proxy http://%s:3128 -o /dev/null -w "%%{http_code} %%{http_connect}" %s; '
-              'echo " rc=$?"' % (timeout, proxy, shlex.quote(url)))
+    # stderr dropped: curl's own error text ("response 403") would read as a status
+    script = ('curl -sS -k --max-time %d --proxy http://%s:3128 -o /dev/null -w "%%{http_code} %%{http_connect}" '
+              '%s 2>/dev/null; echo " rc=$?"' % (timeout, proxy, shlex.quote(url)))
     _rc, out = container.exec_run(['timeout', str(timeout + 5), 'sh', '-c', script])
     words = (out or b'').decode('utf-8', 'replace').split()
     codes = [w for w in words if w.isdigit()]
