@@ -208,3 +208,32 @@ def test_a_stopped_shard_is_a_failed_doctor_line(sharded, tmp_path):
     line = by_id['proxy.shard_stopped']
     assert line['status'] == 'fail' and '%s is exited' % shard in line['message'], (line, out[-3000:])
     assert not [i for i in by_id if i.startswith('canary.shard_')]
+
+
+def test_a_replaced_proxy_replaces_its_shard_only_with_consent_and_the_shard_keeps_its_jobs(sharded):
+    client, proxy, shard, env = sharded['client'], sharded['proxy'], sharded['shard'], sharded['env']
+    shard_id = client.api.inspect_container(shard)['Id']
+    # drift (another health interval): the proxy would be replaced, and its shard with it
+    rc, out, _recap = env.site(egress_proxy_health_interval=7)
+    assert rc != 0
+    flat = ' '.join(out.split())
+    assert 'would cut' in flat and 'egress_proxy_allow_cut_jobs' in flat, out[-3000:]
+    assert client.api.inspect_container(shard)['Id'] == shard_id
+    try:
+        rc, out, _recap = env.site(egress_proxy_health_interval=7, egress_proxy_allow_cut_jobs=True)
+        assert rc == 0, out[-4000:]
+        attrs = client.api.inspect_container(shard)
+        assert attrs['Id'] != shard_id                                   # a fresh copy of the new proxy
+        assert attrs['Config']['Healthcheck']['Interval'] == 7 * 10 ** 9
+        assert attrs['State']['Health']['Status'] == 'healthy'
+        # its own job network is attached again, under the proxy's name
+        net = sharded['nets'][2].network
+        assert proxy in (attrs['NetworkSettings']['Networks'][net].get('Aliases') or [])
+        assert [m.job_networks for m in jn.proxy_family(client, proxy) if m.is_shard] == [[net]]
+        for container in (sharded['containers'][0], sharded['containers'][2]):
+            assert _curl(container, proxy, 'https://api.provider.test/v1/messages') == (0, 200, 401), container.name
+    finally:
+        rc, out, _recap = env.site(egress_proxy_allow_cut_jobs=True)
+        assert rc == 0, out[-4000:]
+    assert client.api.inspect_container(shard)['Config']['Healthcheck']['Interval'] == \
+        client.api.inspect_container(proxy)['Config']['Healthcheck']['Interval']
