@@ -127,9 +127,9 @@ def block_table(label, create_t, teardown_t, size=100):
     print('  %-11s %9s %9s %11s %11s' % ('jobs', 'create p50', 'p90', 'teardown p50', 'p90'))
     blocks = [(i, create_t[i:i + size], teardown_t[i:i + size]) for i in range(0, len(create_t), size)]
     for start, c, t in blocks:
-        print('  %5d-%-5d %9.0f %9.0f %11.0f %11.0f' % (start + 1, start + len(c), statistics.median(c) * 1000,
-                                                       pct(c, 0.9) * 1000, statistics.median(t) * 1000,
-                                                       pct(t, 0.9) * 1000))
+        row = (start + 1, start + len(c), statistics.median(c) * 1000, pct(c, 0.9) * 1000,
+               statistics.median(t) * 1000, pct(t, 0.9) * 1000)
+        print('  %5d-%-5d %9.0f %9.0f %11.0f %11.0f' % row)
     first, last = blocks[0], blocks[-1]
     return (statistics.median(last[1]) / statistics.median(first[1]),
             statistics.median(last[2]) / statistics.median(first[2]))

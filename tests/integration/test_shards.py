@@ -143,8 +143,8 @@ def test_a_reload_reaches_the_shard_and_the_jobs_survive_it(sharded):
     try:
         _files.write_in_place(paths['allowlist'], before + 'denied.test\n')
         record = _reload.reload_family(client, client.containers.get(proxy), paths)
-        assert [(m['name'], m['reconfigured']) for m in record['members']] == [(proxy, True),
-                                                                                (sharded['shard'], True)]
+        reconfigured = [(m['name'], m['reconfigured']) for m in record['members']]
+        assert reconfigured == [(proxy, True), (sharded['shard'], True)]
         # the shard re-read the allowlist: the name it refused is now let through
         rc, connect, code = _curl(on_shard, proxy, 'https://denied.test/')
         assert (rc, connect, code) == (0, 200, 401)

@@ -142,10 +142,13 @@ def test_member_reads_inspect_and_list_summaries():
     assert shard.health is None
 
 
-@pytest.mark.parametrize('status, health', [('Up 3 minutes (healthy)', 'healthy'), ('Up 2 seconds (health: starting)',
-                                                                                     'starting'),
-                                            ('Up 1 hour (unhealthy)', 'unhealthy'), ('Up 1 hour', None),
-                                            ('Exited (0) 5 seconds ago', None)])
+@pytest.mark.parametrize('status, health', [
+    ('Up 3 minutes (healthy)', 'healthy'),
+    ('Up 2 seconds (health: starting)', 'starting'),
+    ('Up 1 hour (unhealthy)', 'unhealthy'),
+    ('Up 1 hour', None),
+    ('Exited (0) 5 seconds ago', None),
+])
 def test_member_health_from_a_list_summary(status, health):
     summary = {'Names': ['/' + P + '-shard-1'], 'State': 'running', 'Status': status}
     assert sh.member_from_attrs(summary, 1).health == health
