@@ -40,6 +40,9 @@ def peer_address(subnet, peer='a'):
 
 
 ISOLATION_CHECKS = ('proxy', 'peer_name', 'peer_address', 'proxy_other')
+# What a connect that never left the peer says (curl -v): no route, so not reached.
+UNROUTED = ('Network is unreachable', 'No route to host')
+ERRNO_LINES = '^curl: |Network is unreachable|No route to host|Connection refused'
 
 
 def isolation_script(targets, timeout=ISOLATION_CONNECT_TIMEOUT, settle=1):
@@ -52,9 +55,12 @@ def isolation_script(targets, timeout=ISOLATION_CONNECT_TIMEOUT, settle=1):
     parts = ['sleep %d' % int(settle)]
     for key in ISOLATION_CHECKS:
         url = targets[key]
-        parts.append("(curl -sS --noproxy '*' --connect-timeout %d --max-time %d -o /dev/null -w '%%{http_code}' "
-                     "'%s' >/tmp/o-%s 2>/tmp/e-%s; echo $? >/tmp/r-%s) &"
-                     % (int(timeout), int(timeout) + 2, url, key, key, key))
+        # -v: curl's exit 7 is both a refusal (packets got there) and "Network is unreachable" (no
+        # route: Docker 26 and newer give an internal network's container none); only the verbose
+        # lines tell them apart, so the error kept is those lines plus curl's own.
+        parts.append("(curl -sS -v --noproxy '*' --connect-timeout %d --max-time %d -o /dev/null -w '%%{http_code}' "
+                     "'%s' >/tmp/o-%s 2>/tmp/v-%s; echo $? >/tmp/r-%s; grep -E '%s' /tmp/v-%s >/tmp/e-%s) &"
+                     % (int(timeout), int(timeout) + 2, url, key, key, key, ERRNO_LINES, key, key))
     parts.append('wait')
     for key in ISOLATION_CHECKS:
         parts.append('echo "%s-ISO %s $(cat /tmp/o-%s 2>/dev/null) $(cat /tmp/r-%s 2>/dev/null) '
@@ -81,10 +87,16 @@ def parse_isolation_output(text):
 def reached(check):
     """Whether a direct connection got anything back: an HTTP answer, or a refused connection (curl exit 7).
 
-    Docker drops traffic between networks, which is a timeout (exit 28) or a
-    name that does not resolve (exit 6); a refusal means packets got there.
+    Docker drops traffic between networks, which is a timeout (exit 28), a
+    name that does not resolve (exit 6), or, where the container has no route
+    there at all, exit 7 with "Network is unreachable" / "No route to host"; a
+    refusal means packets got there.
     """
-    return bool(check['code']) or check['rc'] == 7
+    if check['code']:
+        return True
+    if check['rc'] != 7:
+        return False
+    return not any(text in (check['error'] or '') for text in UNROUTED)
 
 
 def _check_text(check):

@@ -221,6 +221,12 @@ def test_parse_isolation_output_needs_every_check():
     (dict(code=0, rc=7, error='Could not connect to server'), True),   # refused: packets got there
     (dict(code=0, rc=28, error='Connection timed out'), False),         # dropped
     (dict(code=0, rc=6, error='Could not resolve host'), False),
+    # exit 7 without a route (Docker 26+ internal networks): the packet never left the peer
+    (dict(code=0, rc=7, error='* Immediate connect fail for 10.47.0.13: Network is unreachable '
+                              'curl: (7) Failed to connect to 10.47.0.13 port 3128 after 0 ms'), False),
+    (dict(code=0, rc=7, error='* connect to 10.47.0.13 port 3128 failed: No route to host'), False),
+    (dict(code=0, rc=7, error='* connect to 10.47.0.13 port 3128 from 10.47.0.6 port 40000 failed: '
+                              'Connection refused curl: (7) Failed to connect'), True),
 ])
 def test_reached(check, expect):
     assert _doctor_isolation.reached(check) is expect
