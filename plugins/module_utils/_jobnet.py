@@ -20,7 +20,8 @@ and may change in any release:
 
 * ``_jobnet_names.py``: job ids, network and container names, labels, the
   job's proxy environment (pure);
-* ``_jobnet_pool.py``: the subnet pool and picking a free subnet;
+* ``_jobnet_pool.py``: the subnet pool and picking a free subnet (from the
+  subnets a client remembers of its daemon, not a listing per create);
 * ``_jobnet_engine.py``: the Engine calls the others share, and how their
   failures read;
 * ``_jobnet_lifecycle.py``: create and teardown;

@@ -8,12 +8,17 @@ Each helper is exactly one low-level ``client.api`` call (``client`` is a
 refusals told apart from a daemon that does not answer:
 :func:`connection_failed` / :func:`as_engine_error` turn an SDK exception
 into ``EngineError`` (answered) or ``EngineUnavailable`` (no answer,
-retryable).
+retryable). :func:`client_memo` is what create and teardown remember about
+one client's daemon between calls (the subnet book, the proxy family's
+loads), so that a job's start and end do not re-read the whole daemon.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import threading
+import weakref
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import (
     EngineError,
@@ -57,6 +62,28 @@ def as_engine_error(what, exc):
     if connection_failed(exc):
         return EngineUnavailable('%s: the Docker Engine does not answer (%s)' % (what, exc))
     return EngineError('%s: %s' % (what, api_message(exc)))
+
+
+# --------------------------------------------------------------------------
+# What a client remembers
+# --------------------------------------------------------------------------
+
+_MEMOS = weakref.WeakKeyDictionary()
+_MEMO_LOCK = threading.Lock()
+
+
+def client_memo(client):
+    """A dict that lives as long as ``client`` does: what create and teardown learnt about its daemon.
+
+    Keyed by the client object (one client talks to one daemon), so a new client starts with
+    nothing remembered. A client that cannot be weakly referenced gets a fresh dict each time
+    (nothing is remembered, every call reads the daemon).
+    """
+    with _MEMO_LOCK:
+        try:
+            return _MEMOS.setdefault(client, {})
+        except TypeError:
+            return {}
 
 
 # --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_engine import (
     as_engine_error,
+    client_memo,
     disconnect,
     remove_network,
     status_404,
@@ -285,6 +286,8 @@ def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, 
 
 def _sweep_shards(client, proxy_name, result, check_mode):
     """Remove the proxy's shards that carry no job network any more (after the networks went)."""
+    if not check_mode:
+        client_memo(client).clear()  # what create remembers of the subnets and the shards: read it afresh
     try:
         family = _shards.members(client, proxy_name)
     except EngineError as exc:

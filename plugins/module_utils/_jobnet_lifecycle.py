@@ -23,11 +23,11 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client 
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_engine import (
     as_engine_error,
+    client_memo,
     connect_proxy,
     connection_failed,
     disconnect,
     inspect_job_network,
-    list_networks,
     proxy_on,
     remove_network,
     summary_name,
@@ -46,15 +46,24 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_names i
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_pool import (
     DEFAULT_POOL,
     DEFAULT_PREFIX,
+    PoolExhausted,
     allocate_subnet,
+    forget_subnet,
     parse_pool,
+    route_subnets,
+    subnet_book,
     subnet_of,
-    taken_subnets,
 )
 
-# How many times create re-reads the taken subnets when another creator won
-# the race for the one it picked (the daemon refuses overlapping pools).
+# How many subnets create tries when the daemon refuses the one it picked as
+# overlapping (another creator won the race, or a network the client's book
+# did not have holds it); each try after a refusal lists the networks again.
 CREATE_ATTEMPTS = 5
+
+# Every container state but running. A running container has an active endpoint, so the network's
+# inspect names it already; leaving it out of the teardown's listing keeps the carrier's summary
+# (every network the proxy or the shard carries) out of the answer.
+_NOT_RUNNING = ['created', 'restarting', 'removing', 'paused', 'exited', 'dead']
 
 _ALLOC_LOCK = threading.Lock()
 
@@ -115,12 +124,15 @@ def _ownership_problem(attrs, job_id):
 # --------------------------------------------------------------------------
 
 def _overlap_refused(message):
-    return 'overlap' in message.lower()
+    """The daemon refused the subnet as taken: Docker's "Pool overlaps with other one on this address
+    space" or "networks have overlapping IPv4", Podman's "subnet ... is already used on the host or by
+    another config"."""
+    text = message.lower()
+    return 'overlap' in text or 'is already used' in text
 
 
-def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, check_mode, shard_bound=0):
-    listed = [n for n in nets if n.get('Name') == name]
-    attrs = inspect_job_network(client, name) if listed else None
+def _existing_job_network(client, name, job_id, proxy_name, env, cname, check_mode, shard_bound=0):
+    attrs = inspect_job_network(client, name)
     if attrs is None:
         return None
     problem = _ownership_problem(attrs, job_id)
@@ -142,7 +154,7 @@ def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, ch
             actions.append('attach %s' % carrier)
         else:
             try:
-                carrier = _attach(client, attrs['Id'], proxy_name, shard_bound)
+                carrier = _attach(client, attrs['Id'], name, proxy_name, shard_bound)
                 actions.append('attach %s' % carrier)
             except EngineError as exc:
                 raise EngineError(
@@ -154,38 +166,107 @@ def _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, ch
 
 
 def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
-    """The name of the family member a new job network gets (in check mode: what it would be)."""
+    """The name of the family member a new job network gets (in check mode: what it would be).
+
+    :func:`_shards.pick` from what the client remembers (as a rule two container inspects); only
+    when every member it knows is full is the whole family read, and a shard added when it really is.
+    """
     if not shard_bound:
         return proxy_name
-    family = _shards.members(client, proxy_name)
-    chosen = _shards.choose(family, shard_bound)
+    memo = client_memo(client)
+    chosen = _shards.pick(client, proxy_name, shard_bound, memo)
     if chosen is not None:
         return chosen.name
     if check_mode:
-        return _shards.shard_name(proxy_name, _shards.next_index(family)) + ' (a new shard)'
+        family = _shards.members(client, proxy_name)
+        chosen = _shards.choose(family, shard_bound)
+        return chosen.name if chosen else _shards.shard_name(proxy_name, _shards.next_index(family)) + ' (a new shard)'
     with _ALLOC_LOCK:
         family = _shards.members(client, proxy_name)
+        _shards.remember(memo, proxy_name, family)
         chosen = _shards.choose(family, shard_bound)
         if chosen is None:
             chosen = _shards.add_shard(client, proxy_name, family)
+            _shards.note(memo, proxy_name, chosen.name, member=chosen)
     return chosen.name
 
 
-def _attach(client, net_id, proxy_name, shard_bound):
+def _attach(client, net_id, net_name, proxy_name, shard_bound):
     """Attach the chosen family member (a shard with the proxy's name as its alias). Returns its name.
 
     A shard removed between the choice and the attach (its last job went meanwhile) is chosen
-    again, once.
+    again, once, from a fresh read of the whole family.
     """
+    memo = client_memo(client)
     for attempt in (1, 2):
         carrier = _carrier_for(client, proxy_name, shard_bound)
         try:
             connect_proxy(client, net_id, carrier, aliases=[proxy_name] if carrier != proxy_name else None)
-            return carrier
         except EngineError as exc:
             if attempt == 2 or carrier == proxy_name or 'no such container' not in str(exc).lower():
                 raise
+            _shards.forget(memo, proxy_name)
+            continue
+        _shards.note(memo, proxy_name, carrier, net_name)
+        return carrier
     return carrier  # pragma: no cover - the loop returns or raises
+
+
+def _make_network(client, memo, name, labels, pool, prefix, routes):
+    """Create ``name`` on a free subnet of the pool: (network id, subnet), or (None, None) when it exists.
+
+    The subnet comes from the client's book (``_jobnet_pool.subnet_book``: no Engine call when it
+    has one) and the host's routes. A subnet the daemon refuses as overlapping is taken by a
+    network the book did not have: it is marked taken and the next try lists the networks again,
+    CREATE_ATTEMPTS tries in all. Holds _ALLOC_LOCK (threads of one process take subnets in turn).
+    """
+    from docker.types import IPAMConfig, IPAMPool
+
+    blocked = route_subnets(routes)
+    refused = []
+    last = None
+    with _ALLOC_LOCK:
+        for attempt in range(CREATE_ATTEMPTS):
+            book = subnet_book(client, memo, refresh=attempt > 0)
+            for taken in refused:
+                book.add(taken)
+            try:
+                subnet = allocate_subnet(pool, prefix, book.taken() + blocked)
+            except PoolExhausted:
+                # The book may be behind (networks removed by another process), or the job's network
+                # is there already (an idempotent call on a full pool).
+                book = subnet_book(client, memo, refresh=True)
+                for taken in refused:
+                    book.add(taken)
+                try:
+                    subnet = allocate_subnet(pool, prefix, book.taken() + blocked)
+                except PoolExhausted:
+                    if inspect_job_network(client, name) is not None:
+                        return None, None
+                    raise
+            try:
+                resp = client.api.create_network(
+                    name, driver='bridge', internal=True, labels=labels, check_duplicate=True,
+                    ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
+            except Exception as exc:
+                if connection_failed(exc):
+                    raise as_engine_error('Creating network %s failed' % name, exc)
+                last = api_message(exc)
+                if 'already exists' in last.lower():
+                    return None, None
+                if _overlap_refused(last):
+                    refused.append(subnet)
+                    continue
+                raise EngineError("Creating network %s (%s) failed: %s. Nothing was created."
+                                  % (name, subnet, last))
+            book.add(subnet)
+            return resp['Id'], subnet
+    raise EngineError(
+        "Creating network %s failed: the daemon refused %d subnets of %s in a row as overlapping (%s; "
+        "it said: %s), although none was taken in its network listing or this host's routes when it "
+        "was picked. Another creator is taking them as fast, or networks the listing does not show hold "
+        "them. Nothing was created. Retry, or give job networks a pool nothing else allocates from."
+        % (name, len(refused), pool, ', '.join(str(s) for s in refused), last))
 
 
 def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
@@ -201,7 +282,12 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
 
     ``routes``: None reads this host's routes (right for a local daemon);
     pass ``[]`` (or the daemon host's routes) for a remote daemon.
-    Engine calls on the ordinary path: list networks, create, connect.
+    Engine calls on the ordinary path: create, the inspect of the proxy (and
+    of the shard that gets the network), connect; none of them grows with
+    the number of networks on the daemon. The network listing the subnet is
+    picked from is made once per client and kept up to date by its creates
+    and teardowns (``_jobnet_pool.subnet_book``); it is made again after a
+    minute, or when the daemon refuses a pick (the name exists: inspect).
     ``check_mode`` changes nothing and reports what would be done; ``now``
     (epoch seconds) and ``owner_host`` override the ``created`` and
     ``owner-host`` labels. ``shard_bound`` (default 50; 0: off) is how many job networks
@@ -210,7 +296,7 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     the job still reaches the proxy by its name (the shard's network alias).
     Safe to call from several threads of one process
     (they take subnets in turn) and from several processes (the daemon
-    refuses an overlap and create picks again, up to CREATE_ATTEMPTS times).
+    refuses an overlap and create lists and picks again, up to CREATE_ATTEMPTS times).
 
     Returns a JobNetwork. Raises JobNetError (bad job id, pool or prefix;
     nothing touched), PoolExhausted (no free subnet), EngineError (the
@@ -225,57 +311,37 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     env = job_env(proxy_name, proxy_port, no_proxy)
     cname = container_name(job_id)
     labels = job_labels(job_id, now=now, host=owner_host)
+    memo = client_memo(client)
 
     if check_mode:
-        nets = list_networks(client)
-        found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, True, shard_bound)
+        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, True, shard_bound)
         if found is not None:
             return found
-        subnet = allocate_subnet(pool, prefix, taken_subnets(nets, routes))
+        subnet = allocate_subnet(pool, prefix, subnet_book(client, memo).taken() + route_subnets(routes))
         carrier = _carrier_for(client, proxy_name, shard_bound, check_mode=True)
         return JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
                           actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
 
-    from docker.types import IPAMConfig, IPAMPool
-
-    net_id = None
-    subnet = None
-    last = None
-    with _ALLOC_LOCK:
-        for _attempt in range(CREATE_ATTEMPTS):
-            nets = list_networks(client)
-            found = _existing_job_network(client, nets, name, job_id, proxy_name, env, cname, False, shard_bound)
-            if found is not None:
-                return found
-            subnet = allocate_subnet(pool, prefix, taken_subnets(nets, routes))
-            try:
-                resp = client.api.create_network(
-                    name, driver='bridge', internal=True, labels=labels, check_duplicate=True,
-                    ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
-                net_id = resp['Id']
-                break
-            except Exception as exc:
-                if connection_failed(exc):
-                    raise as_engine_error('Creating network %s failed' % name, exc)
-                last = api_message(exc)
-                # Another creator took that subnet, or created this very
-                # network, meanwhile: read again and converge.
-                if _overlap_refused(last) or 'already exists' in last.lower():
-                    continue
-                raise EngineError("Creating network %s (%s) failed: %s. Nothing was created."
-                                  % (name, subnet, last))
-        else:
-            raise EngineError(
-                "Creating network %s failed %d times because what it picked from %s was taken "
-                "meanwhile (%s). Retry, or give job networks a pool nothing else allocates from."
-                % (name, CREATE_ATTEMPTS, pool, last))
+    for _round in (1, 2):
+        net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes)
+        if net_id is not None:
+            break
+        # The daemon has a network of that name: keep it when it is this job's (outside the lock:
+        # attaching may need a new shard).
+        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, False, shard_bound)
+        if found is not None:
+            return found
+    else:
+        raise EngineError("Creating network %s failed: the daemon says it exists, but it was gone when "
+                          "inspected, twice. Nothing was created. Retry." % name)
 
     try:
-        carrier = _attach(client, net_id, proxy_name, shard_bound)
+        carrier = _attach(client, net_id, name, proxy_name, shard_bound)
     except EngineError as exc:
         reason = str(exc)
         try:
             remove_network(client, net_id)
+            forget_subnet(memo, subnet)
             cleanup = 'the network was removed again, nothing is left'
         except EngineError as rm_exc:
             cleanup = ('removing the network again ALSO failed (%s): remove it with docker '
@@ -286,6 +352,23 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
             % (proxy_name, name, reason, cleanup))
     return JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
                       actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
+
+
+def _configured_on(client, memo, net_id, name):
+    """The containers configured on the network but not running, and True; (all of them, False) on a
+    daemon that refuses the state filter (Podman knows no ``restarting`` or ``dead``), which the
+    client then remembers."""
+    if not memo.get('no-status-filter'):
+        try:
+            return client.api.containers(all=True, filters={'network': net_id, 'status': _NOT_RUNNING}), True
+        except Exception as exc:
+            if connection_failed(exc):
+                raise as_engine_error('Listing the containers on %s failed' % name, exc)
+            memo['no-status-filter'] = True
+    try:
+        return client.api.containers(all=True, filters={'network': net_id}), False
+    except Exception as exc:
+        raise as_engine_error('Listing the containers on %s failed' % name, exc)
 
 
 def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False):
@@ -310,14 +393,13 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
         raise EngineError("Network %s is not this job's: %s. Nothing was changed." % (name, problem))
     # A stopped or created container is configured on the network without an
     # active endpoint (so it is not in the inspect's Containers); removing the
-    # network would leave it unable to start. One filtered listing finds both.
-    try:
-        configured = client.api.containers(all=True, filters={'network': attrs['Id']})
-    except Exception as exc:
-        raise as_engine_error('Listing the containers on %s failed' % name, exc)
+    # network would leave it unable to start. The inspect names the running
+    # ones, one filtered listing the others.
+    memo = client_memo(client)
+    configured, running_left_out = _configured_on(client, memo, attrs['Id'], name)
     listed = dict((summary_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
     for cid, endpoint in (attrs.get('Containers') or {}).items():
-        listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'endpoint')
+        listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'running' if running_left_out else 'endpoint')
     others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if not _shards.is_family_name(n, proxy_name))
     if others:
         first = others[0].split(' ')[0]
@@ -340,6 +422,7 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
         except EngineError as exc:
             raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
                               "retry the teardown." % (carrier, name, exc))
+        _shards.note(memo, proxy_name, carrier, name, attached=False)
     try:
         removed = remove_network(client, net_id)
     except EngineError as exc:
@@ -347,6 +430,7 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
             "Removing %s failed: %s. If it says the network has active endpoints, docker network "
             "inspect %s shows what is still on it; stop and remove that container, then retry."
             % (name, exc, name))
+    forget_subnet(memo, subnet_of(attrs))
     done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
     for carrier in carriers:
         # A shard whose last job network this was goes too (the proxy itself always stays).
@@ -354,6 +438,7 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
             try:
                 if _shards.remove_if_empty(client, proxy_name, carrier):
                     done.append('remove the empty shard %s' % carrier)
+                    _shards.note(memo, proxy_name, carrier, attached=False)
             except EngineError:
                 pass  # the sweep (job_network_gc) removes an empty shard later
     return dict(changed=bool(done), network=name, actions=done)

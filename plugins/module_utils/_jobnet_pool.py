@@ -7,17 +7,23 @@ Pure parts: :func:`parse_pool`, :func:`pool_capacity`,
 :func:`allocate_subnet` (the lowest free /prefix, checked against every
 docker network's subnet and this host's routes), the route parsers and
 :func:`network_subnets`. Reading parts: :func:`read_host_routes` (this
-host's routes) and :func:`plan_subnet` (one network listing; read-only).
+host's routes), :func:`plan_subnet` (one network listing; read-only) and
+:func:`subnet_book` (the subnets one client's daemon has: listed once, then
+kept up to date by create and teardown, so a create does not list every
+network again).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import ipaddress
 import json
 import socket
 import subprocess
+import threading
+import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_engine import list_networks
@@ -198,11 +204,14 @@ def subnet_of(net):
 # Picking a free subnet on the daemon
 # --------------------------------------------------------------------------
 
+def route_subnets(routes):
+    """``routes`` as networks; None reads this host's routes."""
+    return read_host_routes() if routes is None else _as_networks(routes)
+
+
 def taken_subnets(nets, routes):
     """What a new subnet must not overlap: the networks' subnets and the routes (None: this host's)."""
-    taken = network_subnets(nets)
-    taken += read_host_routes() if routes is None else _as_networks(routes)
-    return taken
+    return network_subnets(nets) + route_subnets(routes)
 
 
 def plan_subnet(client, pool=DEFAULT_POOL, prefix=DEFAULT_PREFIX, routes=None):
@@ -219,3 +228,67 @@ def plan_subnet(client, pool=DEFAULT_POOL, prefix=DEFAULT_PREFIX, routes=None):
     """
     nets = list_networks(client)
     return allocate_subnet(pool, prefix, taken_subnets(nets, routes))
+
+
+# --------------------------------------------------------------------------
+# The subnet book: what create picks from without listing every network
+# --------------------------------------------------------------------------
+
+# How long a listing is trusted (seconds) before the next create lists the networks again: bounds
+# how long a network made by somebody else in another address space (an overlay, another IPAM
+# driver: ones the daemon's own overlap check does not see) can go unnoticed.
+BOOK_SECONDS = 60.0
+
+
+class SubnetBook(object):
+    """The IPv4 subnets of one daemon's networks: as last listed, plus what create and teardown did since.
+
+    A create adds the subnet it made (or one the daemon refused as overlapping), a teardown takes
+    away the one it removed. Counted, so two networks on one subnet (other address spaces) stay
+    taken until both are gone. What another process made is not in it: the daemon refuses that
+    overlap and create lists again (:func:`subnet_book` with ``refresh``).
+    """
+
+    def __init__(self, nets, read_at):
+        self.read_at = read_at
+        self._count = collections.Counter(network_subnets(nets))
+        self._lock = threading.Lock()
+
+    def taken(self):
+        with self._lock:
+            return list(self._count)
+
+    def add(self, subnet):
+        for net in _as_networks([subnet]):
+            with self._lock:
+                self._count[net] += 1
+
+    def discard(self, subnet):
+        for net in _as_networks([subnet] if subnet else []):
+            with self._lock:
+                if self._count[net] > 1:
+                    self._count[net] -= 1
+                else:
+                    self._count.pop(net, None)
+
+
+def subnet_book(client, memo, refresh=False, clock=time.monotonic):
+    """The client's :class:`SubnetBook` (``memo``: ``_jobnet_engine.client_memo(client)``).
+
+    One network listing when there is none yet, when it is older than BOOK_SECONDS, or with
+    ``refresh`` (a pick was refused: something this client did not make took it); otherwise no
+    Engine call at all. Raises EngineError / EngineUnavailable when the listing fails.
+    """
+    book = memo.get('subnets')
+    now = clock()
+    if refresh or book is None or now - book.read_at >= BOOK_SECONDS:
+        book = SubnetBook(list_networks(client), now)
+        memo['subnets'] = book
+    return book
+
+
+def forget_subnet(memo, subnet):
+    """A network on ``subnet`` was removed: free it in the client's book (when it has one)."""
+    book = memo.get('subnets')
+    if book is not None and subnet:
+        book.discard(subnet)

@@ -16,13 +16,17 @@ member is full, and a shard whose last job network is torn down is removed. ``bo
 sharding off (the proxy carries every job network).
 
 :func:`members` and :func:`choose` are the reads and the pure decision; :func:`clone_spec` is the
-pure copy of the proxy's shape; :func:`add_shard` and :func:`remove_if_empty` act.
+pure copy of the proxy's shape; :func:`add_shard` and :func:`remove_if_empty` act. :func:`pick` is
+the choice a job network's create makes: from what the client remembers of the family (the loads it
+read last and the attaches and detaches it made since), checked with at most two container
+inspects, not a read of every member's job networks per job.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import threading
 import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
@@ -166,6 +170,98 @@ def choose(family, bound):
     if not open_:
         return None
     return min(open_, key=lambda m: (m.load, m.index))
+
+
+# --- what one client remembers of the family (job-network create and teardown) ------------------
+# How long a full read of the family is trusted before the next create reads it whole again (the
+# loads other processes changed meanwhile; a member pick() returns is always read just now).
+BOOK_SECONDS = 60.0
+_BOOK_LOCK = threading.Lock()
+
+
+def _book(memo, proxy):
+    return memo.get(('family', proxy))
+
+
+def remember(memo, proxy, family, clock=time.monotonic):
+    """Keep ``family`` (an exact read, :func:`members`) as the client's picture of ``proxy``'s family."""
+    with _BOOK_LOCK:
+        memo[('family', proxy)] = dict(read_at=clock(), members=dict((m.name, m) for m in family))
+
+
+def forget(memo, proxy):
+    """Drop the picture: the next :func:`pick` reads the whole family."""
+    memo.pop(('family', proxy), None)
+
+
+def note(memo, proxy, name, network=None, attached=True, member=None):
+    """Keep the picture current: ``network`` attached to (or detached from) ``name``; ``member`` (a
+    Member) added, or with ``attached`` False and no ``network``, ``name`` gone."""
+    book = _book(memo, proxy)
+    if book is None:
+        return
+    with _BOOK_LOCK:
+        known = book['members']
+        if member is not None:
+            known[member.name] = member
+        elif network is None and not attached:
+            known.pop(name, None)
+        elif name in known:
+            nets = set(known[name].job_networks)
+            if attached:
+                nets.add(network)
+            else:
+                nets.discard(network)
+            known[name].job_networks = sorted(nets)
+
+
+def _read_member(client, proxy, name, index):
+    """``name`` as a Member, read now (one inspect), or None when it is gone or not this member."""
+    attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name), missing=True)
+    if attrs is None:
+        return None
+    if index and shard_index((attrs.get('Config') or {}).get('Labels'), proxy) != index:
+        return None
+    return member_from_attrs(attrs, index)
+
+
+def pick(client, proxy, bound, memo, clock=time.monotonic):
+    """:func:`choose` for a new job network, reading two members as a rule; None: a shard must be added.
+
+    ``memo`` is what the client remembers (``_jobnet_engine.client_memo``). Without a picture of
+    the family, or with one older than BOOK_SECONDS, it reads the family whole (:func:`members`)
+    and keeps it. Otherwise it reads the proxy (is it there and running: ShardError as
+    :func:`choose` when not) and the member the picture names; one that is gone, stopped or full
+    meanwhile is corrected in the picture and the next is read. A member it returns was read just
+    now, running and below ``bound``. Each read carries at most ``bound`` job networks, whatever the
+    number of networks on the daemon or of shards. Raises ShardError or EngineError.
+    """
+    book = _book(memo, proxy)
+    if book is None or clock() - book['read_at'] >= BOOK_SECONDS:
+        family = members(client, proxy)
+        remember(memo, proxy, family, clock)
+        return choose(family, bound)
+    known = book['members']
+    primary = _read_member(client, proxy, proxy, 0)
+    with _BOOK_LOCK:
+        if primary is None:
+            known.pop(proxy, None)
+        else:
+            known[proxy] = primary
+    for _attempt in range(len(known) + 1):
+        with _BOOK_LOCK:
+            family = sorted(known.values(), key=lambda m: m.index)
+        chosen = choose(family, bound)
+        if chosen is None or not chosen.is_shard:
+            return chosen
+        fresh = _read_member(client, proxy, chosen.name, chosen.index)
+        if fresh is None:
+            note(memo, proxy, chosen.name, attached=False)
+            continue
+        note(memo, proxy, fresh.name, member=fresh)
+        if fresh.running and fresh.load < bound:
+            return fresh
+    return None  # pragma: no cover - each round corrects one member, so choose() ran out first
 
 
 def next_index(family):

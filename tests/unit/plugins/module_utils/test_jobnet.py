@@ -153,6 +153,106 @@ def test_network_subnets():
     assert pool.network_subnets(nets) == [ipaddress.ip_network('172.18.0.0/16')]
 
 
+# ---------------------------------------------------------------- picking a subnet on a daemon
+
+class _Nets(object):
+    """A daemon's networks (shard_bound 0: the proxy is only connected). ``hidden`` subnets are refused as
+    overlapping but never listed (another address space); ``racer``: what another creator takes just
+    before each create call (None: nothing)."""
+
+    def __init__(self, hidden=(), racer=()):
+        self.api, self.nets, self.calls = self, {}, []
+        self.hidden, self.racer = [ipaddress.ip_network(h) for h in hidden], list(racer)
+
+    def networks(self, filters=None):
+        self.calls.append('networks')
+        return [dict(Name=n, Id='n-' + n, IPAM={'Config': [{'Subnet': s}]}) for n, s in self.nets.items()]
+
+    def create_network(self, name, ipam=None, **_kw):
+        self.calls.append('create')
+        taken = self.racer.pop(0) if self.racer else None
+        if taken:
+            self.nets['other-%d' % len(self.nets)] = taken
+        subnet = ipaddress.ip_network(ipam['Config'][0]['Subnet'])
+        if any(subnet.overlaps(ipaddress.ip_network(s)) for s in self.nets.values()) or \
+                any(subnet.overlaps(h) for h in self.hidden):
+            raise _api_error(403, 'Pool overlaps with other one on this address space')
+        self.nets[name] = str(subnet)
+        return {'Id': 'n-' + name}
+
+    def connect_container_to_network(self, *_args, **_kw):
+        self.calls.append('connect')
+
+    def inspect_network(self, ref):
+        self.calls.append('inspect')
+        raise _api_error(404, 'network %s not found' % ref)
+
+
+def _api_error(status, message):
+    import docker.errors
+    import requests
+    resp = requests.Response()
+    resp.status_code = status
+    return docker.errors.APIError(message, response=resp, explanation=message)
+
+
+def test_a_subnet_refused_as_overlapping_is_skipped_and_the_networks_listed_again():
+    d = _Nets(hidden=['10.47.0.0/29'], racer=[None, '10.47.0.8/29'])
+    net = jn.create_job_network(d, 'a', routes=[], shard_bound=0)
+    # 10.47.0.0 refused (hidden), listed again; 10.47.0.8 taken meanwhile, listed again; then 10.47.0.16.
+    assert net.subnet == '10.47.0.16/29'
+    assert d.calls == ['networks', 'create', 'networks', 'create', 'networks', 'create', 'connect']
+    del d.calls[:]
+    # The refused subnet stays taken in the client's book: the next create lists nothing, is refused nothing.
+    assert jn.create_job_network(d, 'b', routes=[], shard_bound=0).subnet == '10.47.0.24/29'
+    assert d.calls == ['create', 'connect']
+
+
+def test_overlap_refusals_give_up_after_the_bound_with_what_was_tried():
+    hidden = ['10.47.0.%d/29' % (8 * i) for i in range(jn.CREATE_ATTEMPTS)]
+    d = _Nets(hidden=hidden)
+    with pytest.raises(jn.EngineError) as caught:
+        jn.create_job_network(d, 'a', routes=[], shard_bound=0)
+    text = str(caught.value)
+    assert 'refused %d subnets of 10.47.0.0/16 in a row as overlapping' % jn.CREATE_ATTEMPTS in text
+    assert all(h in text for h in hidden) and 'Pool overlaps' in text and 'Nothing was created' in text
+    assert d.calls.count('create') == jn.CREATE_ATTEMPTS and d.nets == {}
+
+
+def test_the_book_is_read_again_after_a_minute_and_routes_still_count():
+    d = _Nets()
+    jn.create_job_network(d, 'a', routes=[], shard_bound=0)
+    d.nets['elsewhere'] = '10.47.0.8/29'              # made by another process: unknown to the book
+    engine.client_memo(d)['subnets'].read_at -= pool.BOOK_SECONDS
+    del d.calls[:]
+    net = jn.create_job_network(d, 'b', routes=['10.47.0.16/28'], shard_bound=0)
+    assert net.subnet == '10.47.0.32/29' and d.calls == ['networks', 'create', 'connect']
+
+
+def test_a_full_book_is_read_again_before_the_pool_counts_as_exhausted():
+    d = _Nets()
+    jn.create_job_network(d, 'a', pool='10.47.0.0/28', routes=[], shard_bound=0)
+    jn.create_job_network(d, 'b', pool='10.47.0.0/28', routes=[], shard_bound=0)
+    del d.nets['pi-job-a-net']                        # removed by another process
+    del d.calls[:]
+    assert jn.create_job_network(d, 'c', pool='10.47.0.0/28', routes=[], shard_bound=0).subnet == '10.47.0.0/29'
+    assert d.calls == ['networks', 'create', 'connect']
+    del d.calls[:]
+    with pytest.raises(jn.PoolExhausted):
+        jn.create_job_network(d, 'd', pool='10.47.0.0/28', routes=[], shard_bound=0)
+    assert d.calls == ['networks', 'inspect']     # read again, and not there already: exhausted indeed
+
+
+@pytest.mark.parametrize('message, taken', [
+    ('Pool overlaps with other one on this address space', True),
+    ('conflicts with network n-1 (br-1): networks have overlapping IPv4', True),
+    ('subnet 10.47.0.0/29 is already used on the host or by another config', True),   # Podman
+    ('network with name pi-job-1-net already exists', False),
+])
+def test_what_counts_as_the_subnet_being_taken(message, taken):
+    assert lifecycle._overlap_refused(message) is taken
+
+
 # ---------------------------------------------------------------- the sweep
 
 OURS = {jn.LABEL_JOB_ID: '9', jn.LABEL_CREATED: '2027-01-15T07:00:00Z', jn.LABEL_OWNER_HOST: 'h'}

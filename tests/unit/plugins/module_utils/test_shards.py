@@ -1,7 +1,18 @@
-"""Proxy shards: the family's names, the choice of the member a job network gets, the clone (no daemon)."""
+"""Proxy shards: the family's names, the choice of the member a job network gets, the clone (no daemon).
 
+At the end, create and teardown against a fake daemon: the Engine calls a job's start and end make, and
+how much they read, do not grow with the networks on the daemon or the number of shards.
+"""
+
+import collections
+import ipaddress
+
+import docker.errors
 import pytest
+import requests
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_engine as engine
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards as sh
 
 P = 'pi-dispatch-egress-proxy'
@@ -235,3 +246,247 @@ def test_shard_consent_counts_each_shard():
     assert 'would cut 3 jobs' in refusal
     assert _proxy.shard_consent_refusal(plan, allow_cut_jobs=True) is None
     assert _proxy.shard_consent_refusal(sh.follow_plan([m(0, 5), m(1, 0)], ['restart']), False) is None
+
+
+# ---------------------------------------------------------------- create and teardown on a fake daemon
+
+def _refusal(status, message, cls=docker.errors.APIError):
+    resp = requests.Response()
+    resp.status_code = status
+    return cls(message, response=resp, explanation=message)
+
+
+class Daemon(object):
+    """The Engine calls of create, teardown and the shards, on dicts. ``calls`` counts them; ``records``
+    counts what they return (a listed network, a container summary, a network a container is on)."""
+
+    def __init__(self, refuse_status=False):
+        self.api = self
+        self.nets, self.boxes = {}, {}
+        self.calls, self.records = collections.Counter(), 0
+        self.refuse_status = refuse_status
+        self.box(P, 0)
+
+    def box(self, name, index, state='running', nets=('upstream',)):
+        labels = {sh.LABEL_SHARD_OF: P, sh.LABEL_SHARD_INDEX: str(index)} if index else {}
+        self.boxes[name] = dict(Id='c-' + name, name=name, state=state, labels=labels, nets=set())
+        for net in nets:
+            self.net(net, carrier=name)
+
+    def net(self, name, subnet=None, job=None, carrier=None):
+        if name not in self.nets:
+            self.nets[name] = dict(Name=name, Id='n-' + name, Labels={jn.LABEL_JOB_ID: job} if job else {},
+                                   Internal=bool(job), IPAM={'Config': [{'Subnet': subnet}] if subnet else []})
+        if carrier:
+            self.boxes[carrier]['nets'].add(name)
+
+    def count(self, call, records=0):
+        self.calls[call] += 1
+        self.records += records
+
+    def _net(self, ref):
+        for n in self.nets.values():
+            if ref in (n['Name'], n['Id']):
+                return n
+        raise _refusal(404, 'network %s not found' % ref, docker.errors.NotFound)
+
+    def _box(self, ref):
+        for b in self.boxes.values():
+            if ref in (b['name'], b['Id']):
+                return b
+        raise _refusal(404, 'No such container: %s' % ref, docker.errors.NotFound)
+
+    def networks(self, filters=None):
+        self.count('networks', len(self.nets))
+        return [dict(n) for n in self.nets.values()]
+
+    def inspect_network(self, ref):
+        n = self._net(ref)
+        on = [b for b in self.boxes.values() if n['Name'] in b['nets'] and b['state'] in ('running', 'paused')]
+        self.count('inspect_network', len(on))
+        return dict(n, Containers=dict((b['Id'], {'Name': b['name']}) for b in on))
+
+    def create_network(self, name, ipam=None, labels=None, internal=False, **_kw):
+        self.count('create_network')
+        if name in self.nets:
+            raise _refusal(409, 'network with name %s already exists' % name)
+        self.net(name, ipam['Config'][0]['Subnet'], labels[jn.LABEL_JOB_ID])
+        return {'Id': 'n-' + name}
+
+    def remove_network(self, ref):
+        self.count('remove_network')
+        del self.nets[self._net(ref)['Name']]
+
+    def connect_container_to_network(self, container, net_id, aliases=None):
+        self.count('connect_container_to_network')
+        self._box(container)['nets'].add(self._net(net_id)['Name'])
+
+    def disconnect_container_from_network(self, container, net_id, force=False):
+        self.count('disconnect_container_from_network')
+        self._box(container)['nets'].discard(self._net(net_id)['Name'])
+
+    def _summary(self, b):
+        return {'Id': b['Id'], 'Names': ['/' + b['name']], 'State': b['state'], 'Labels': dict(b['labels']),
+                'NetworkSettings': {'Networks': dict((n, {}) for n in b['nets'])}}
+
+    def containers(self, all=False, filters=None):
+        if 'status' in filters and self.refuse_status:
+            raise _refusal(500, 'unknown container state: restarting')
+        label = filters.get('label', '=').split('=', 1)
+        out = [self._summary(b) for b in self.boxes.values()
+               if (not label[0] or b['labels'].get(label[0]) == label[1])
+               and ('network' not in filters or any(self.nets[n]['Id'] == filters['network'] for n in b['nets']))
+               and ('status' not in filters or b['state'] in filters['status'])]
+        self.count('containers', sum(1 + len(c['NetworkSettings']['Networks']) for c in out))
+        return out
+
+    def inspect_container(self, ref):
+        b = self._box(ref)
+        self.count('inspect_container', len(b['nets']))
+        return dict(self._summary(b), Name='/' + b['name'], Image='x', Config={'Labels': dict(b['labels'])},
+                    State={'Status': b['state'], 'Health': {'Status': 'healthy'}}, HostConfig={'NetworkMode': 'up'})
+
+    def create_container(self, image, name=None, labels=None, **_kw):
+        self.count('create_container')
+        self.boxes[name] = dict(Id='c-' + name, name=name, state='created', labels=dict(labels), nets=set())
+        return {'Id': 'c-' + name}
+
+    def start(self, ref):
+        self.count('start')
+        self._box(ref)['state'] = 'running'
+
+    def remove_container(self, ref, force=False):
+        self.count('remove_container')
+        del self.boxes[self._box(ref)['name']]
+
+    def reset(self):
+        self.calls.clear()
+        self.records = 0
+
+
+def seeded(jobs, foreign=0, bound=50, **kwargs):
+    """A daemon with the upstream network, ``jobs`` job networks (the proxy, then shard after shard,
+    carrying ``bound`` each, as create fills them) and ``foreign`` networks of somebody else."""
+    d = Daemon(**kwargs)
+    for i in range(jobs):
+        index = i // bound if bound else 0
+        carrier = sh.shard_name(P, index) if index else P
+        if carrier not in d.boxes:
+            d.box(carrier, index)
+        d.net('pi-job-s%d-net' % i, str(ipaddress.ip_network((0x0A2F0000 + 8 * i, 29))), 's%d' % i, carrier)
+    for i in range(foreign):
+        d.net('other-%d' % i, '172.%d.%d.0/24' % (20 + i // 256, i % 256))
+    return d
+
+
+def start_and_end(d, bound, job='x1'):
+    """One job's create and teardown after a first one (which reads what a client keeps): their calls and reads."""
+    jn.create_job_network(d, 'warm-' + job, routes=[], shard_bound=bound)
+    jn.teardown_job_network(d, 'warm-' + job)
+    d.reset()
+    net = jn.create_job_network(d, job, routes=[], shard_bound=bound)
+    create = (dict(d.calls), d.records)
+    d.reset()
+    jn.teardown_job_network(d, job)
+    return net.proxy, create, (dict(d.calls), d.records)
+
+
+CREATE = {'create_network': 1, 'connect_container_to_network': 1}
+TEARDOWN = {'inspect_network': 1, 'containers': 1, 'disconnect_container_from_network': 1, 'remove_network': 1}
+# (what carries the new network, shard_bound, daemon with 10 networks, daemon with 1,000) -> container inspects
+# per create and per teardown. Before: every create also listed every network (1,000 records at 1,000) and
+# read each member's job networks (2,000 records), and a teardown without shards read the proxy's 1,000.
+CALL_TABLE = [
+    ('the proxy, no shards', 0, dict(jobs=9), dict(jobs=999), 0, 0),
+    ('the proxy, shards on', 50, dict(jobs=9), dict(jobs=49, foreign=950), 1, 0),
+    ('the last shard', 50, dict(jobs=9, bound=4), dict(jobs=999), 2, 1),
+]
+
+
+@pytest.mark.parametrize('case, bound, small, big, creates, teardowns', CALL_TABLE, ids=[c[0] for c in CALL_TABLE])
+def test_a_jobs_engine_work_does_not_grow_with_the_networks(case, bound, small, big, creates, teardowns):
+    seen = []
+    for layout in (small, big):
+        d = seeded(**layout)
+        assert len(d.nets) == (10 if layout is small else 1000)
+        carrier, (c_calls, c_read), (t_calls, t_read) = start_and_end(d, bound)
+        assert c_calls == dict(CREATE, **({'inspect_container': creates} if creates else {}))
+        assert t_calls == dict(TEARDOWN, **({'inspect_container': teardowns} if teardowns else {}))
+        # What they read is bounded by what one proxy container carries, never by the daemon's networks.
+        assert c_read <= 2 * (bound + 1) and t_read <= bound + 3
+        seen.append(carrier.startswith(P + '-shard-'))
+    assert seen[0] == seen[1] == (case == 'the last shard')
+
+
+def test_the_first_create_of_a_client_reads_the_daemon_once_then_keeps_it_current():
+    d = seeded(jobs=120)
+    first = jn.create_job_network(d, 'a', routes=[])
+    assert d.calls['networks'] == 1 and d.calls['containers'] == 1   # the subnets, the family: once
+    assert first.proxy == sh.shard_name(P, 2) and first.subnet == '10.47.3.192/29'
+    d.reset()
+    made = [jn.create_job_network(d, 'b%d' % i, routes=[]) for i in range(40)]
+    # No network listing; the whole family once, when every member it knew was full (before shard 3).
+    assert d.calls['networks'] == 0 and d.calls['containers'] == 1 and d.calls['create_container'] == 1
+    # Two inspects a create (the proxy and the chosen shard); the one that starts shard 3 makes five.
+    assert d.calls['inspect_container'] == 2 * 39 + 5
+    assert [m.proxy for m in made].count(sh.shard_name(P, 3)) == 11   # shard 2 full at 50, shard 3 started
+    assert len(set(m.subnet for m in made + [first])) == 41
+    for m in made:
+        jn.teardown_job_network(d, m.job_id)
+    assert sh.shard_name(P, 3) not in d.boxes   # its last job went: removed, and forgotten
+    again = jn.create_job_network(d, 'c', routes=[])
+    assert again.subnet == '10.47.3.200/29' and again.proxy == sh.shard_name(P, 2)   # freed, picked again
+
+
+def test_pick_corrects_what_another_process_changed():
+    d = seeded(jobs=60)
+    memo = engine.client_memo(d)
+    assert sh.pick(d, P, 50, memo).name == sh.shard_name(P, 1)     # read whole: shard 1 carries 10
+    d.boxes[sh.shard_name(P, 1)]['state'] = 'exited'                # stopped by somebody else
+    d.box(sh.shard_name(P, 2), 2)                                   # started by somebody else
+    d.reset()
+    assert sh.pick(d, P, 50, memo) is None                          # shard 1 read again: not running
+    assert d.calls == {'inspect_container': 2}
+    assert jn.create_job_network(d, 'j', routes=[]).proxy == sh.shard_name(P, 2)  # the whole family read again
+    assert sh.shard_name(P, 3) not in d.boxes
+    del d.boxes[sh.shard_name(P, 2)]                                # removed by somebody else
+    d.boxes[P]['nets'] -= set('pi-job-s%d-net' % i for i in range(5))
+    assert jn.create_job_network(d, 'k', routes=[]).proxy == P      # the proxy has room again
+
+
+def test_the_proxy_missing_or_stopped_is_still_refused_from_the_picture():
+    d = seeded(jobs=60)
+    memo = engine.client_memo(d)
+    sh.pick(d, P, 50, memo)
+    d.boxes[P]['state'] = 'exited'
+    with pytest.raises(sh.ShardError, match='is exited'):
+        sh.pick(d, P, 50, memo)
+    del d.boxes[P]
+    with pytest.raises(sh.ShardError, match='does not exist'):
+        sh.pick(d, P, 50, memo)
+
+
+@pytest.mark.parametrize('refuse_status', [False, True])
+def test_teardown_still_refuses_while_a_stopped_or_running_job_is_on_the_network(refuse_status):
+    d = seeded(jobs=3, refuse_status=refuse_status)
+    jn.create_job_network(d, 'j', routes=[])
+    for state in ('exited', 'created', 'running'):
+        d.boxes.pop('pi-job-j', None)
+        d.box('pi-job-j', 0, state=state, nets=['pi-job-j-net'])
+        with pytest.raises(jn.EngineError, match=r'still has pi-job-j \(%s\)' % state):
+            jn.teardown_job_network(d, 'j')
+        assert 'pi-job-j-net' in d.nets
+    del d.boxes['pi-job-j']
+    d.reset()
+    assert jn.teardown_job_network(d, 'j')['changed']
+    # A daemon that refuses the state filter (Podman) is asked once, then listed whole.
+    assert d.calls['containers'] == 1
+
+
+def test_create_again_keeps_the_network_from_the_daemons_refusal():
+    d = seeded(jobs=3)
+    first = jn.create_job_network(d, 'j', routes=[])
+    d.reset()
+    again = jn.create_job_network(d, 'j', routes=[])
+    assert (again.changed, again.subnet, again.proxy) == (False, first.subnet, P)
+    assert d.calls == {'create_network': 1, 'inspect_network': 1}   # refused (the name exists), inspected
