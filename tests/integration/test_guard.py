@@ -13,6 +13,7 @@ No packet leaves the machine: every network here is ``--internal``, and the refu
 never connected to (squid refuses before it connects; the test asserts squid's own 403).
 """
 
+import ipaddress
 import json
 import os
 import time
@@ -30,7 +31,17 @@ PEER_NET = 'pi-job-guardpeer%s-net' % SUFFIX.replace('-', '')
 CLIENT_NET = 'pi-job-guardcli%s-net' % SUFFIX.replace('-', '')
 PEER = 'pi-egress-guard-peer' + SUFFIX
 CLIENT = 'pi-egress-guard-client' + SUFFIX
-LAN_ADDRESS = '192.168.77.10'   # private, outside egress_private_destinations; never connected to
+# A private address outside egress_private_destinations (the upstream subnet the tests open), never
+# connected to: the first of these outside that subnet. Docker's default pools hand out
+# 192.168.0.0/16 too, so a fixed one can fall inside the opened upstream network.
+LAN_CANDIDATES = ('192.168.77.10', '10.250.77.10', '172.16.77.10')
+
+
+def lan_address(opened):
+    net = ipaddress.ip_network(opened)
+    return next(a for a in LAN_CANDIDATES if ipaddress.ip_address(a) not in net)
+
+
 LABEL = {'io.pi-dispatch.egress.test': 'guard'}
 
 
@@ -117,7 +128,7 @@ def world(egress_env, tmp_path_factory):
         w.addresses = dict(peer=peer_ip, peer_gw=peer_gw, up_gw=up_gw)
         w.extra_hosts = ['peerip.forge.test:%s' % peer_ip, 'jobgw.forge.test:%s' % peer_gw,
                          'upgw.forge.test:%s' % up_gw, 'hostgw.forge.test:host-gateway',
-                         'lan.forge.test:%s' % LAN_ADDRESS]
+                         'lan.forge.test:%s' % lan_address(egress_env.upstream_subnet)]
         rc, out, _recap = w.site()
         assert rc == 0, out[-6000:]
         w.first_output = out
