@@ -71,6 +71,7 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _host_check
 
@@ -88,11 +89,7 @@ def main():
     problem = _host_check.check_sdk(result['sdk_version'], sys.executable)
     if problem:
         module.fail_json(msg=problem, **result)
-    missing = []
-    try:
-        import publicsuffixlist  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
-    except ImportError:
-        missing.append('publicsuffixlist')
+    missing = [_allowlist.PSL_PACKAGE] if _allowlist.publicsuffixlist is None else []
     problem = _host_check.check_libraries(missing, sys.executable)
     if problem:
         module.fail_json(msg=problem, **result)

@@ -120,7 +120,6 @@ class Fleet(object):
                   stdin=pub)
         import publicsuffixlist  # the controller's copy (requirements.txt pins it)
         psl = os.path.dirname(publicsuffixlist.__file__)
-        self.exec(name, ['mkdir', '-p', '/usr/local/lib/python3/dist-packages'])
         site = self.exec(name, ['python3', '-c', 'import sys; print([p for p in sys.path if p.startswith('
                                 '"/usr/local/lib/python3") and p.endswith("dist-packages")][0])'])[1].strip()
         self.exec(name, ['mkdir', '-p', site])
