@@ -44,10 +44,12 @@ def _import_jobnet():
         sys.path.insert(0, base)
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_pool
-    return _jobnet, _jobnet_pool
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall_host, _host_check
+    return _jobnet, _jobnet_pool, (lambda: _host_check.iptables_variant(_firewall_host.Runner(timeout=10)))
 
 
-jn, jn_pool = _import_jobnet()  # the published API; the pool's pure allocator (raw SDK baseline) is internal
+# the published API; the pool's pure allocator (raw SDK baseline) is internal; the host's iptables
+jn, jn_pool, iptables_variant = _import_jobnet()
 import docker  # noqa: E402
 from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
@@ -154,6 +156,9 @@ def main():
     client = docker.from_env(timeout=120)
     if jn.preflight(client, proxy_name=args.proxy).verdict != jn.ADMIT:
         ap.error('--proxy %s is not a running container on this daemon' % args.proxy)
+    ipt = iptables_variant()
+    print('Docker Engine %s; %s (Docker programs its rules with it: docs/job-networks.md, "The host\'s '
+          'iptables")' % (client.version().get('Version'), ipt['version'] or ipt['why']), flush=True)
     prefix = 'bench5-%d-' % os.getpid()
     created = []
     signal.signal(signal.SIGTERM, _on_signal)

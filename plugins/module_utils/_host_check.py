@@ -14,6 +14,8 @@ __metaclass__ = type
 
 import sys
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall_host
+
 MIN_PYTHON = (3, 8)
 MIN_SDK = (7, 0)
 MIN_API = (1, 41)
@@ -74,3 +76,12 @@ def check_api(api_version, engine_version, where):
         return ('the Docker Engine at %s is %s (API %s), older than API %s; upgrade the engine on this host'
                 % (where, engine_version, api_version, _dotted(MIN_API)))
     return None
+
+
+def iptables_variant(runner):
+    """dict(variant, version, why): this host's ``iptables`` as ``iptables -V`` names it (``runner``: a
+    ``_firewall_host.Runner``). ``variant`` is 'nft' or 'legacy', None when it cannot be told (``why``)."""
+    backend, why = _firewall_host.detect(runner, 'ipv4')
+    if backend is None:
+        return dict(variant=None, version=None, why=why)
+    return dict(variant=backend.variant, version=backend.version, why=None)

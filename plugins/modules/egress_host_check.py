@@ -19,6 +19,9 @@ description:
   - Checks the Python the modules run with (3.8 or newer), that it can import the Docker SDK for
     Python (7.0 or newer) and C(publicsuffixlist) (the allowlist check), and that the Docker Engine
     answers (API 1.41 or newer).
+  - Also reports which iptables the host runs (C(iptables -V): nf_tables or legacy), the one
+    Docker programs its network rules with. It decides how a job network's start grows with the
+    number of networks on the host (docs/job-networks.md); it is reported, never a failure.
   - The playbooks run it first on every host (role C(pi_dispatch.egress.host_check)).
   - Never changes anything.
 author:
@@ -65,6 +68,15 @@ engine:
   returned: when I(engine=true) and the SDK is present
   type: dict
   sample: {version: 26.1.5, api_version: '1.45', docker_host: null}
+iptables:
+  description:
+    - The host's C(iptables) as C(iptables -V) names it. I(variant) is C(nft) or C(legacy), null
+      when it could not be told, and then I(why) says what was found instead.
+    - On a host with hundreds of job networks, C(legacy) keeps a job network's create flat where
+      C(nft) grows (docs/job-networks.md, "The host's iptables").
+  returned: when the checks passed
+  type: dict
+  sample: {variant: nft, version: iptables v1.8.9 (nf_tables), why: null}
 '''
 
 import sys
@@ -73,6 +85,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall_host
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _host_check
 
 
@@ -105,6 +118,7 @@ def main():
         problem = _host_check.check_api(info.get('ApiVersion', '0'), info.get('Version'), where)
         if problem:
             module.fail_json(msg=problem, **result)
+    result['iptables'] = _host_check.iptables_variant(_firewall_host.Runner(timeout=10))
     module.exit_json(**result)
 
 

@@ -77,3 +77,35 @@ def test_check_libraries(missing, problem):
 def test_check_api(api, problem):
     found = _host_check.check_api(api, '19.03.15', 'unix:///x.sock')
     assert found == (None if problem is None else problem + '; upgrade the engine on this host')
+
+
+class _FakeIptables(object):
+    """A Runner whose ``iptables -V`` answers ``answer`` (rc, stdout, stderr); netns set, so no PATH lookup."""
+
+    netns = 'fake'
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.calls = []
+
+    def run(self, argv, stdin=None):
+        self.calls.append(list(argv))
+        return self.answer
+
+
+@pytest.mark.parametrize('answer, variant, why', [
+    ((0, 'iptables v1.8.9 (nf_tables)\n', ''), 'nft', None),
+    ((0, 'iptables v1.8.9 (legacy)\n', ''), 'legacy', None),
+    ((0, 'iptables v1.6.1\n', ''), 'legacy', None),               # before 1.8 there is no variant: legacy
+    ((127, '', 'iptables: not found'), None, 'iptables -V failed (rc 127)'),
+    ((0, 'something else\n', ''), None, 'neither iptables-nft nor iptables-legacy'),
+])
+def test_iptables_variant(answer, variant, why):
+    runner = _FakeIptables(answer)
+    found = _host_check.iptables_variant(runner)
+    assert runner.calls == [['iptables', '-V']]
+    assert found['variant'] == variant
+    if why is None:
+        assert found['why'] is None and found['version'] == answer[1].strip()
+    else:
+        assert why in found['why'] and found['version'] is None
