@@ -96,7 +96,8 @@ def shard_line(shard):
                     fix='docker logs --tail 50 %s, then docker restart %s' % (name, name))
     if shard.health:
         return Line('proxy.shard_health', 'warn', 'Egress proxy shard health: %s is %s' % (name, shard.health),
-                    fix='wait a few seconds and re-run doctor; docker inspect %s shows the health log' % name)
+                    fix='a shard is checked every %d s: wait that long and re-run doctor; docker inspect %s shows '
+                        'the health log' % (_shards.SHARD_HEALTH_INTERVAL, name))
     return Line('proxy.shard_health', 'warn',
                 'Egress proxy shard health: %s is unchecked (no health check is configured)' % name,
                 fix='docker rm -f %s once it carries no job network (a shard is a clone of the proxy, health '

@@ -34,11 +34,12 @@ The contracts (each function's docstring has the details):
   :class:`Verdict`. At most one container inspect; never raises for a daemon
   failure (that is the retryable ``engine-unavailable`` verdict). Start the
   job only when ``verdict.admitted``.
-* :func:`create_job_network` ``(client, job_id, ..., shard_bound=DEFAULT_SHARD_BOUND)``
+* :func:`create_job_network` ``(client, job_id, ..., shard_bound=None)``
   -> :class:`JobNetwork`. Creates the labelled ``--internal`` network on a
   free subnet of the pool and attaches the least-loaded member of the proxy
   family (the proxy, or a shard with the proxy's name as its alias; a new
-  shard when all carry ``shard_bound``); idempotent; leaves nothing behind
+  shard when all carry the bound: ``shard_bound``, else the proxy's, else
+  DEFAULT_SHARD_BOUND); idempotent; leaves nothing behind
   when it fails.
   Raises JobNetError (bad input), PoolExhausted, EngineError,
   EngineUnavailable.
@@ -134,7 +135,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_preflig
 # are not part of the API.
 # 2.0: create_job_network attaches the least-loaded member of the proxy family (the proxy or a
 # shard, shard_bound=DEFAULT_SHARD_BOUND job networks each; 0 turns it off), JobNetwork.proxy names it.
-API_VERSION = '2.0'
+# 3.0: shard_bound defaults to None: the bound the proxy carries (role variable
+# egress_proxy_shard_bound), else DEFAULT_SHARD_BOUND, now 10 (was 50).
+API_VERSION = '3.0'
 
 __all__ = [
     'API_VERSION',

@@ -171,7 +171,7 @@ def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
     :func:`_shards.pick` from what the client remembers (as a rule two container inspects); only
     when every member it knows is full is the whole family read, and a shard added when it really is.
     """
-    if not shard_bound:
+    if shard_bound == 0:
         return proxy_name
     memo = client_memo(client)
     chosen = _shards.pick(client, proxy_name, shard_bound, memo)
@@ -271,7 +271,7 @@ def _make_network(client, memo, name, labels, pool, prefix, routes):
 
 def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
                        prefix=DEFAULT_PREFIX, routes=None, no_proxy=NO_PROXY, check_mode=False,
-                       now=None, owner_host=None, shard_bound=_shards.DEFAULT_BOUND):
+                       now=None, owner_host=None, shard_bound=None):
     """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
 
     Idempotent: an existing network of ours that is internal is kept, and the
@@ -290,10 +290,12 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     minute, or when the daemon refuses a pick (the name exists: inspect).
     ``check_mode`` changes nothing and reports what would be done; ``now``
     (epoch seconds) and ``owner_host`` override the ``created`` and
-    ``owner-host`` labels. ``shard_bound`` (default 50; 0: off) is how many job networks
-    the proxy and each of its shards carry: the network gets the least-loaded
-    running member below it, a new shard when all are full (_shards.py), and
-    the job still reaches the proxy by its name (the shard's network alias).
+    ``owner-host`` labels. ``shard_bound`` is how many job networks the proxy
+    and each of its shards carry (0: no shards; None, the default: the bound the
+    proxy carries as its label, set by the role variable egress_proxy_shard_bound,
+    else DEFAULT_SHARD_BOUND, 10): the network gets the least-loaded running
+    member below it, a new shard when all are full (_shards.py), and the job
+    still reaches the proxy by its name (the shard's network alias).
     Safe to call from several threads of one process
     (they take subnets in turn) and from several processes (the daemon
     refuses an overlap and create lists and picks again, up to CREATE_ATTEMPTS times).

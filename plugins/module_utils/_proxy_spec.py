@@ -20,6 +20,11 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 PROXY_NAME = 'pi-dispatch-egress-proxy'
 UPSTREAM_NETWORK = 'pi-dispatch-egress-out'
 LABEL_ROLE = 'io.pi-dispatch.egress.role'
+# The job networks the proxy and each of its shards carry before a job gets a new shard
+# (egress_proxy's shard_bound, role variable egress_proxy_shard_bound). Set only when the operator
+# sets it; a dispatcher that passes no bound of its own follows it (_shards.resolve_bound).
+LABEL_SHARD_BOUND = 'io.pi-dispatch.egress.shard-bound'
+
 LABEL_NETWORK_ROLE = 'io.pi-dispatch.egress.network'
 JOB_NETWORK_PREFIX = 'pi-job-'
 JOB_NETWORK_SUFFIX = '-net'
@@ -91,8 +96,19 @@ def check_limits(limits):
     return out
 
 
+def check_shard_bound(value, key='egress_proxy_shard_bound'):
+    """``value`` as a number of job networks per proxy container (0: no shards); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProxyError('%s = %r is not a number of job networks; use 0 (the proxy carries every job '
+                         'network) or a whole number such as 10' % (key, value))
+    return value
+
+
 def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, name=PROXY_NAME,
-                 extra_hosts=None, health_interval=5, mount_endpoints=True, guard=None, limits=None):
+                 extra_hosts=None, health_interval=5, mount_endpoints=True, guard=None, limits=None,
+                 shard_bound=None):
     mounts = [(os.path.realpath(rules), _rules.CONTAINER_RULES),
               (os.path.realpath(allowlist), _rules.CONTAINER_ALLOWLIST)]
     if mount_endpoints:
@@ -100,6 +116,9 @@ def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, n
     if guard:
         mounts.append((os.path.realpath(guard), _rules.CONTAINER_GUARD))
     limits = check_limits(limits)
+    labels = {LABEL_ROLE: 'proxy'}
+    if check_shard_bound(shard_bound) is not None:
+        labels[LABEL_SHARD_BOUND] = str(shard_bound)
     return dict(
         name=name,
         image=image,
@@ -109,7 +128,7 @@ def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, n
         extra_hosts=sorted([HOST_GATEWAY] + list(extra_hosts or [])),
         healthcheck=dict(test=HEALTHCHECK_TEST, interval=int(health_interval) * _NS,
                          timeout=5 * _NS, retries=3, start_period=int(health_interval) * _NS),
-        labels={LABEL_ROLE: 'proxy'},
+        labels=labels,
         command=list(COMMAND),
         security_opt=list(SECURITY_OPT),
         cap_drop=list(CAP_DROP),

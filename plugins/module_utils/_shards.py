@@ -30,17 +30,32 @@ import threading
 import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy_spec import LABEL_ROLE, is_job_network
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy_spec import (
+    LABEL_ROLE,
+    LABEL_SHARD_BOUND,
+    is_job_network,
+)
 
 LABEL_SHARD_OF = 'io.pi-dispatch.egress.shard-of'
 LABEL_SHARD_INDEX = 'io.pi-dispatch.egress.shard-index'
 SHARD_ROLE = 'proxy-shard'
 SHARD_INFIX = '-shard-'
-# Job networks the proxy (and each shard) carries before the next job gets a shard of its own
-# (role variable egress_proxy_shard_bound). Measured: an attach costs about 4 ms more per job
-# network the container already holds, so 50 keeps it near a quarter of a second.
-DEFAULT_BOUND = 50
-MAX_SHARDS = 64
+# Job networks the proxy (and each shard) carries before the next job gets a shard of its own,
+# unless the caller passes a bound or the proxy carries one (LABEL_SHARD_BOUND, role variable
+# egress_proxy_shard_bound). Measured on Docker 20.10 (docs/job-networks.md, "What grows"): a
+# connect walks the daemon's whole network store once per network the joining container already
+# holds, about 8 ms per held network at 1,000 networks on the daemon, so the bound is the slope of
+# a job's start on a busy host; a shard costs one idle squid (about 25 MiB) and a start of about
+# two seconds, paid by one job in every ``bound``.
+DEFAULT_BOUND = 10
+# The most shards one proxy gets (a runaway guard): at the default bound, 2,560 jobs on one host.
+MAX_SHARDS = 255
+# Seconds between a shard's Docker health checks (the proxy keeps egress_proxy_health_interval).
+# Each check is a docker exec, so with the proxy's 5 s a host with 100 shards ran 20 a second, which
+# slowed every job start on it (docs/job-networks.md, "What grows"). A new or restarted shard is not
+# left to its first check: it is admitted once its health test passes, run here (:func:`wait_ready`).
+SHARD_HEALTH_INTERVAL = 30
+_NS = 1000 * 1000 * 1000
 WAIT_HEALTHY = 60
 
 
@@ -67,6 +82,9 @@ def family_on(net_attrs, proxy):
 
 
 def check_bound(bound, key='shard_bound'):
+    """``bound`` as given: a whole number of at least 0, or None (follow the proxy, :func:`resolve_bound`)."""
+    if bound is None:
+        return None
     if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
         raise ShardError('%s %r is not a number of job networks; use 0 (one proxy carries every job) or '
                          'a whole number such as %d.' % (key, bound, DEFAULT_BOUND))
@@ -76,8 +94,9 @@ def check_bound(bound, key='shard_bound'):
 class Member(object):
     """One container of the proxy family: the proxy itself (index 0) or a shard."""
 
-    def __init__(self, name, index, state, job_networks, networks=None, health=None):
+    def __init__(self, name, index, state, job_networks, networks=None, health=None, bound_label=None):
         self.name = name
+        self.bound_label = bound_label  # the proxy's LABEL_SHARD_BOUND as written, None when unset
         self.index = index
         self.state = state
         self.job_networks = sorted(job_networks)
@@ -118,7 +137,29 @@ def member_from_attrs(attrs, index):
         state = (state or 'unknown').lower()
     nets = ((attrs.get('NetworkSettings') or {}).get('Networks') or {})
     name = (attrs.get('Name') or (attrs.get('Names') or [''])[0]).lstrip('/')
-    return Member(name, index, state, [n for n in nets if is_job_network(n)], list(nets), health)
+    labels = (attrs.get('Config') or {}).get('Labels') if 'Config' in attrs else attrs.get('Labels')
+    return Member(name, index, state, [n for n in nets if is_job_network(n)], list(nets), health,
+                  bound_label=(labels or {}).get(LABEL_SHARD_BOUND))
+
+
+def resolve_bound(bound, primary):
+    """The bound a create uses: ``bound`` when the caller gave one, else the proxy's label (the role
+    variable egress_proxy_shard_bound), else DEFAULT_BOUND. Raises ShardError for a label that is
+    not a whole number of at least 0."""
+    if bound is not None:
+        return bound
+    label = primary.bound_label if primary is not None else None
+    if label is None:
+        return DEFAULT_BOUND
+    try:
+        value = int(str(label).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ShardError('The proxy %s carries the label %s=%r, which is not a number of job networks. Set '
+                         'egress_proxy_shard_bound to a whole number of at least 0 and run playbooks/site.yml, '
+                         'or pass shard_bound to the create.' % (primary.name, LABEL_SHARD_BOUND, label))
+    return value
 
 
 def shard_index(labels, proxy):
@@ -153,8 +194,9 @@ def choose(family, bound):
     """The member a new job network gets, or None when a shard must be added first. Pure.
 
     The least-loaded running member below ``bound`` (the proxy first on a tie, then the lowest
-    shard). ``bound`` 0: the proxy, whatever its load. Raises ShardError when the proxy does not
-    exist or is not running (a shard is a copy of it: nothing to copy from).
+    shard). ``bound`` 0: the proxy, whatever its load; None: the proxy's own (:func:`resolve_bound`).
+    Raises ShardError when the proxy does not exist or is not running (a shard is a copy of it:
+    nothing to copy from).
     """
     primary = family[0] if family and not family[0].is_shard else None
     if primary is None:
@@ -164,6 +206,7 @@ def choose(family, bound):
         raise ShardError('The egress proxy %s is %s, so no job network can be attached. Start it (docker start '
                          '%s, or ansible-playbook pi_dispatch.egress.site), then retry.'
                          % (primary.name, primary.state, primary.name))
+    bound = resolve_bound(bound, primary)
     if not bound:
         return primary
     open_ = [m for m in family if m.running and m.load < bound]
@@ -248,6 +291,8 @@ def pick(client, proxy, bound, memo, clock=time.monotonic):
             known.pop(proxy, None)
         else:
             known[proxy] = primary
+    if primary is not None:
+        bound = resolve_bound(bound, primary)
     for _attempt in range(len(known) + 1):
         with _BOOK_LOCK:
             family = sorted(known.values(), key=lambda m: m.index)
@@ -295,7 +340,9 @@ def clone_spec(attrs, proxy, index):
     Returns dict(name, image, command, entrypoint, environment, labels, healthcheck, user,
     host_config, networks): the same image id, command, environment, health check, mounts,
     capabilities, read-only root, tmpfs, sysctls, limits, log config and restart policy; the labels
-    of the proxy plus the shard's own; on the proxy's upstream network(s), no job network.
+    of the proxy plus the shard's own; on the proxy's upstream network(s), no job network. The
+    health check is the proxy's test, run every SHARD_HEALTH_INTERVAL seconds (or the proxy's
+    interval when that is longer).
     """
     config = attrs.get('Config') or {}
     host = attrs.get('HostConfig') or {}
@@ -312,22 +359,67 @@ def clone_spec(attrs, proxy, index):
     host_config['NetworkMode'] = networks[0] if networks else 'none'
     return dict(name=shard_name(proxy, index), image=attrs.get('Image') or config.get('Image'),
                 command=config.get('Cmd'), entrypoint=config.get('Entrypoint'), environment=config.get('Env'),
-                labels=labels, healthcheck=config.get('Healthcheck'), user=config.get('User') or None,
-                host_config=host_config, networks=networks)
+                labels=labels, healthcheck=shard_healthcheck(config.get('Healthcheck')),
+                user=config.get('User') or None, host_config=host_config, networks=networks)
 
 
-def _wait_healthy(client, name, timeout, sleep=time.sleep):
-    deadline = time.monotonic() + timeout
+def shard_healthcheck(check):
+    """The proxy's health check as a shard runs it: the same test, every SHARD_HEALTH_INTERVAL seconds
+    at least. None or a disabled check is kept as it is. Pure."""
+    if not check or not check.get('Test') or check['Test'][0] == 'NONE':
+        return check
+    out = dict(check)
+    out['Interval'] = max(int(check.get('Interval') or 0), SHARD_HEALTH_INTERVAL * _NS)
+    return out
+
+
+def health_argv(test):
+    """The command of a Docker health test (``["CMD", ...]`` / ``["CMD-SHELL", "..."]``), else None. Pure."""
+    if not test:
+        return None
+    if test[0] == 'CMD' and len(test) > 1:
+        return list(test[1:])
+    if test[0] == 'CMD-SHELL' and len(test) > 1:
+        return ['/bin/sh', '-c', test[1]]
+    return None
+
+
+def _passes(client, name, argv):
+    """True when ``argv`` exits 0 in the running container ``name`` (one exec)."""
+    try:
+        exec_id = client.api.exec_create(name, argv, stdout=True, stderr=True)['Id']
+        client.api.exec_start(exec_id)
+        return client.api.exec_inspect(exec_id).get('ExitCode') == 0
+    except Exception as exc:
+        if dc.is_transient(exc):
+            raise dc.engine_error('Running the health test in %s' % name, exc)
+        return False  # not running (yet, or any more): the state read says which
+
+
+def wait_ready(client, name, timeout, sleep=time.sleep, clock=time.monotonic):
+    """Wait until the shard ``name`` serves: its health test (the proxy's) passes when run now.
+
+    Returns 'healthy' (Docker said so, or the test passed), 'running' (no health test to run),
+    the state it ended in ('exited', 'dead'), or the last status at ``timeout``. Polls every half
+    second, so a new shard is admitted when squid answers, not at its first scheduled check.
+    """
+    deadline = clock() + timeout
     status = None
     while True:
         attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name))
         state = attrs.get('State') or {}
         status = (state.get('Health') or {}).get('Status') or state.get('Status')
-        if status == 'healthy' or (status == 'running' and not (state.get('Health'))):
-            return status
         if state.get('Status') in ('exited', 'dead'):
             return state.get('Status')
-        if time.monotonic() >= deadline:
+        if status == 'healthy':
+            return status
+        if state.get('Status') == 'running':
+            argv = health_argv(((attrs.get('Config') or {}).get('Healthcheck') or {}).get('Test'))
+            if argv is None:
+                return 'running'
+            if _passes(client, name, argv):
+                return 'healthy'
+        if clock() >= deadline:
             return status
         sleep(0.5)
 
@@ -342,7 +434,8 @@ def add_shard(client, proxy, family, wait_timeout=WAIT_HEALTHY):
     index = next_index(family)
     if index > MAX_SHARDS:
         raise ShardError('%s already has %d shards, the most this collection starts; raise the shard bound '
-                         '(egress_proxy_shard_bound) or spread the jobs over more hosts.' % (proxy, MAX_SHARDS))
+                         '(egress_proxy_shard_bound, or the create\'s shard_bound) or spread the jobs over more '
+                         'hosts.' % (proxy, MAX_SHARDS))
     return _create_shard(client, proxy, index, wait_timeout)
 
 
@@ -368,7 +461,7 @@ def _create_shard(client, proxy, index, wait_timeout=WAIT_HEALTHY):
         for extra in spec['networks'][1:]:
             client.api.connect_container_to_network(created['Id'], extra)
         client.api.start(created['Id'])
-        status = _wait_healthy(client, name, wait_timeout)
+        status = wait_ready(client, name, wait_timeout)
     except Exception as exc:
         _remove_quietly(client, name)
         raise ShardError('Starting the shard %s of %s failed: %s. It was removed again.'
@@ -474,7 +567,7 @@ def apply_plan(client, proxy, plan, wait_timeout=WAIT_HEALTHY):
                     client.api.connect_container_to_network(member.name, net, aliases=[proxy])
             elif step == 'restart':
                 client.api.restart(member.name, timeout=10)
-                status = _wait_healthy(client, member.name, wait_timeout)
+                status = wait_ready(client, member.name, wait_timeout)
                 if status != 'healthy':
                     raise ShardError('did not become healthy again within %ss (last status: %s)'
                                      % (wait_timeout, status))

@@ -132,6 +132,16 @@ options:
     description: How many rotated json-file logs Docker keeps.
     type: int
     default: 3
+  shard_bound:
+    description:
+      - How many job networks the proxy and each of its shards carry before a job gets a new shard,
+        for every dispatcher on the host that passes no bound of its own (C(job_network) without
+        I(shard_bound), the job-network API's C(create_job_network) with C(shard_bound=None)).
+      - Kept as the container's label C(io.pi-dispatch.egress.shard-bound), so changing it replaces
+        the proxy (with I(allow_cut_jobs) while jobs are attached). Unset, nothing is labelled and
+        dispatchers use the collection's default, 10. C(0) turns shards off.
+      - Why a bound, and why 10, in docs/job-networks.md ("Choosing the bound").
+    type: int
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -267,6 +277,7 @@ def main():
         nofile=dict(type='int', default=_proxy.DEFAULT_LIMITS['nofile']),
         log_max_size=dict(type='str', default=_proxy.DEFAULT_LIMITS['log_max_size']),
         log_max_file=dict(type='int', default=_proxy.DEFAULT_LIMITS['log_max_file']),
+        shard_bound=dict(type='int'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
@@ -287,7 +298,8 @@ def main():
             deploy_paths['endpoints_conf'] if deploy_paths else '',
             network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
             health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'],
-            guard=deploy_paths['guard_conf'] if deploy_paths and p['mount_endpoints'] else None, limits=limits)
+            guard=deploy_paths['guard_conf'] if deploy_paths and p['mount_endpoints'] else None, limits=limits,
+            shard_bound=p['shard_bound'])
     except _proxy.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 

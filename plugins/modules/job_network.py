@@ -79,9 +79,10 @@ options:
         one below the bound; when all are full, a new shard C(<proxy_name>-shard-<n>) (a clone of the proxy) is
         started first and attached with the network alias I(proxy_name), so the job still reaches
         C(<proxy_name>:<proxy_port>). C(0) turns shards off (the proxy carries every network).
+      - Unset, the bound the proxy carries (its label C(io.pi-dispatch.egress.shard-bound), set by the proxy
+        role's C(egress_proxy_shard_bound)), else 10.
       - Why a bound at all, and the figures, in docs/job-networks.md ("What grows with the number of jobs").
     type: int
-    default: 50
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -167,7 +168,7 @@ def main():
         prefix=dict(type='int', default=_jobnet.DEFAULT_PREFIX),
         no_proxy=dict(type='str', default=_jobnet.NO_PROXY),
         check_host_routes=dict(type='bool', default=True),
-        shard_bound=dict(type='int', default=_jobnet.DEFAULT_SHARD_BOUND),
+        shard_bound=dict(type='int'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params

@@ -436,7 +436,7 @@ FUTURE_NAMES = {'absolute_import', 'division', 'print_function'}
 
 
 def test_facade_exports_exactly_all():
-    assert jn.API_VERSION == '2.0'
+    assert jn.API_VERSION == '3.0'
     assert len(set(jn.__all__)) == len(jn.__all__)
     public = set(n for n in vars(jn) if not n.startswith('_')) - FUTURE_NAMES
     assert public == set(jn.__all__)

@@ -253,3 +253,20 @@ def test_host_gateway_is_read_from_the_hosts_file():
     text = '127.0.0.1 localhost\n172.17.0.1\thost.docker.internal\n10.0.0.5 other # host.docker.internal\n'
     assert _proxy.hosts_address(text) == '172.17.0.1'
     assert _proxy.hosts_address('127.0.0.1 localhost\n') is None
+
+
+@pytest.mark.parametrize('bound, label', [(None, None), (0, '0'), (10, '10'), (250, '250')])
+def test_the_shard_bound_is_a_label_only_when_set(bound, label):
+    labels = _spec(shard_bound=bound)['labels']
+    assert labels.get('io.pi-dispatch.egress.shard-bound') == label
+    assert labels['io.pi-dispatch.egress.role'] == 'proxy'
+    if label is None:
+        # unset adds nothing to compare, so a proxy made before the variable existed is not replaced
+        assert set(labels) == {'io.pi-dispatch.egress.role'}
+
+
+@pytest.mark.parametrize('bound', [-1, True, '10', 2.5])
+def test_a_shard_bound_that_is_not_a_count_is_refused(bound):
+    with pytest.raises(_proxy.ProxyError) as info:
+        _spec(shard_bound=bound)
+    assert 'egress_proxy_shard_bound' in str(info.value) and 'whole number' in str(info.value)

@@ -75,8 +75,9 @@ def test_next_index_fills_the_lowest_gap(indexes, wanted):
     assert sh.next_index([m(i, 0) for i in indexes]) == wanted
 
 
-@pytest.mark.parametrize('bound, ok', [(0, True), (1, True), (50, True), (-1, False), ('50', False),
-                                       (True, False), (None, False), (2.5, False)])
+# None is a valid bound since API 3.0: "follow the proxy" (resolve_bound).
+@pytest.mark.parametrize('bound, ok', [(0, True), (1, True), (50, True), (None, True), (-1, False), ('50', False),
+                                       (True, False), (2.5, False)])
 def test_bound_must_be_a_count(bound, ok):
     if ok:
         assert sh.check_bound(bound) == bound
@@ -84,6 +85,61 @@ def test_bound_must_be_a_count(bound, ok):
         with pytest.raises(sh.ShardError) as caught:
             sh.check_bound(bound, key='egress_proxy_shard_bound')
         assert 'egress_proxy_shard_bound' in str(caught.value)
+
+
+def labelled(load, label):
+    member = m(0, load)
+    member.bound_label = label
+    return member
+
+
+@pytest.mark.parametrize('bound, label, wanted', [
+    (None, None, sh.DEFAULT_BOUND),   # nobody set one: the collection's default
+    (None, '3', 3),                   # the proxy's label (egress_proxy_shard_bound)
+    (None, ' 25 ', 25),
+    (None, '0', 0),                   # the operator turned shards off for every dispatcher
+    (7, '3', 7),                      # a dispatcher's own bound wins over the label
+    (0, '3', 0),
+    (None, 'ten', 'not a number of job networks'),
+    (None, '-1', 'not a number of job networks'),
+    (None, '', 'not a number of job networks'),
+])
+def test_resolve_bound(bound, label, wanted):
+    if isinstance(wanted, int):
+        assert sh.resolve_bound(bound, labelled(0, label)) == wanted
+    else:
+        with pytest.raises(sh.ShardError) as caught:
+            sh.resolve_bound(bound, labelled(0, label))
+        assert wanted in str(caught.value) and 'egress_proxy_shard_bound' in str(caught.value)
+
+
+def test_default_bound_and_the_shard_cap_hold_a_thousand_jobs():
+    assert sh.DEFAULT_BOUND == 10
+    assert (sh.MAX_SHARDS + 1) * sh.DEFAULT_BOUND >= 1000
+
+
+@pytest.mark.parametrize('family, bound, chosen', [
+    ([labelled(2, '3')], None, P),                          # below the proxy's own bound
+    ([labelled(3, '3')], None, None),                       # at it: a shard
+    ([labelled(3, '3'), m(1, 2)], None, P + '-shard-1'),
+    ([labelled(3, '3')], 5, P),                             # the caller's bound wins
+    ([labelled(400, '0')], None, P),                        # label 0: no shards
+    ([m(0, sh.DEFAULT_BOUND - 1)], None, P),                # no label: the default
+    ([m(0, sh.DEFAULT_BOUND)], None, None),
+])
+def test_choice_follows_the_proxys_bound(family, bound, chosen):
+    got = sh.choose(family, bound)
+    assert (got.name if got else None) == chosen
+
+
+@pytest.mark.parametrize('attrs, label', [
+    (dict(Name='/' + P, Config={'Labels': {sh.LABEL_SHARD_BOUND: '4'}}, State={'Status': 'running'}), '4'),
+    (dict(Names=['/' + P], Labels={sh.LABEL_SHARD_BOUND: '4'}, State='running'), '4'),
+    (dict(Name='/' + P, Config={'Labels': None}, State={'Status': 'running'}), None),
+    (dict(Names=['/' + P], State='running'), None),
+])
+def test_member_reads_the_bound_label_from_an_inspect_and_a_summary(attrs, label):
+    assert sh.member_from_attrs(attrs, 0).bound_label == label
 
 
 @pytest.mark.parametrize('labels, index', [
@@ -121,12 +177,95 @@ PROXY_ATTRS = {
 }
 
 
+S = 1000000000
+
+
+@pytest.mark.parametrize('check, wanted', [
+    ({'Test': ['CMD', 'squidclient', 'mgr:info'], 'Interval': 5 * S, 'Retries': 3},
+     {'Test': ['CMD', 'squidclient', 'mgr:info'], 'Interval': 30 * S, 'Retries': 3}),
+    ({'Test': ['CMD', 'true'], 'Interval': 90 * S}, {'Test': ['CMD', 'true'], 'Interval': 90 * S}),   # longer: kept
+    ({'Test': ['CMD-SHELL', 'true']}, {'Test': ['CMD-SHELL', 'true'], 'Interval': 30 * S}),         # Docker's default
+    ({'Test': ['NONE']}, {'Test': ['NONE']}),                                                      # disabled: kept
+    (None, None),
+    ({}, {}),
+])
+def test_shard_healthcheck(check, wanted):
+    assert sh.shard_healthcheck(check) == wanted
+
+
+@pytest.mark.parametrize('test, argv', [
+    (['CMD', 'squidclient', '-h', 'localhost', 'mgr:info'], ['squidclient', '-h', 'localhost', 'mgr:info']),
+    (['CMD-SHELL', 'squidclient mgr:info || exit 1'], ['/bin/sh', '-c', 'squidclient mgr:info || exit 1']),
+    (['NONE'], None),
+    (['CMD'], None),
+    ([], None),
+    (None, None),
+])
+def test_health_argv(test, argv):
+    assert sh.health_argv(test) == argv
+
+
+class _ReadyApi(object):
+    """A container whose states (inspect answers) and health-test exit codes come from lists."""
+
+    def __init__(self, states, exits, test=('CMD', 'squidclient', 'mgr:info')):
+        self.states, self.exits, self.test = list(states), list(exits), list(test) if test else None
+        self.execs = []
+        self.api = self
+
+    def inspect_container(self, name):
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        status, health = state
+        return {'State': dict({'Status': status}, **({'Health': {'Status': health}} if health else {})),
+                'Config': {'Healthcheck': {'Test': self.test} if self.test else None}}
+
+    def exec_create(self, name, argv, **_kw):
+        self.execs.append(argv)
+        return {'Id': 'e%d' % len(self.execs)}
+
+    def exec_start(self, exec_id):
+        return b''
+
+    def exec_inspect(self, exec_id):
+        return {'ExitCode': self.exits.pop(0) if len(self.exits) > 1 else self.exits[0]}
+
+
+class _Clock(object):
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+@pytest.mark.parametrize('states, exits, test, status, execs', [
+    # squid answers its own test on the third try: admitted at once, not at the first scheduled check
+    ([('running', 'starting')], [1, 1, 0], ('CMD', 'squidclient', 'mgr:info'), 'healthy', 3),
+    ([('running', 'healthy')], [1], ('CMD', 'squidclient', 'mgr:info'), 'healthy', 0),    # Docker said so
+    ([('running', None)], [1], None, 'running', 0),                                       # no test to run
+    ([('running', 'starting'), ('exited', None)], [1], ('CMD', 'x'), 'exited', 1),        # died meanwhile
+    ([('created', None), ('running', 'starting')], [0], ('CMD', 'x'), 'healthy', 1),      # not running yet: no exec
+    ([('running', 'starting')], [1], ('CMD', 'x'), 'starting', 21),                        # never: the last status
+])
+def test_wait_ready(states, exits, test, status, execs):
+    client, clock = _ReadyApi(states, exits, test), _Clock()
+    assert sh.wait_ready(client, 's', 10, sleep=clock.sleep, clock=clock) == status
+    assert len(client.execs) == execs
+    assert all(argv == list(test[1:]) for argv in client.execs)
+
+
 def test_clone_is_the_proxy_shape_with_the_shard_labels_and_no_job_network():
     spec = sh.clone_spec(PROXY_ATTRS, P, 2)
     assert spec['name'] == P + '-shard-2'
     assert spec['image'] == 'sha256:abc'                 # exactly what the proxy runs
     assert spec['command'] == ['sh', '-c', 'exec squid -N'] and spec['user'] == 'proxy'
-    assert spec['healthcheck'] == PROXY_ATTRS['Config']['Healthcheck']
+    # the proxy's health test, on the shards' slower schedule (a check is a docker exec per shard)
+    assert spec['healthcheck'] == {'Test': ['CMD', 'squidclient', 'mgr:info'],
+                                   'Interval': sh.SHARD_HEALTH_INTERVAL * 1000000000}
+    assert PROXY_ATTRS['Config']['Healthcheck']['Interval'] == 5000000000   # the proxy's own is not touched
     assert spec['labels'] == {'io.pi-dispatch.egress.role': sh.SHARD_ROLE, sh.LABEL_SHARD_OF: P,
                               sh.LABEL_SHARD_INDEX: '2'}
     host = spec['host_config']
@@ -391,6 +530,20 @@ def start_and_end(d, bound, job='x1'):
     return net.proxy, create, (dict(d.calls), d.records)
 
 
+def test_a_create_without_a_bound_follows_the_proxys_label_at_no_extra_call():
+    d = seeded(jobs=1, bound=0)
+    d.boxes[P]['labels'][sh.LABEL_SHARD_BOUND] = '3'
+    jn.create_job_network(d, 'warm', routes=[])                 # the first create reads the family whole (2)
+    d.reset()
+    third = jn.create_job_network(d, 'third', routes=[])        # the proxy now carries 3
+    assert third.proxy == P
+    assert dict(d.calls) == dict(CREATE, inspect_container=1)   # the proxy's inspect it makes anyway
+    fourth = jn.create_job_network(d, 'fourth', routes=[])
+    assert fourth.proxy == P + '-shard-1'                       # beyond the label's 3, not the default 10
+    explicit = jn.create_job_network(d, 'fifth', routes=[], shard_bound=0)
+    assert explicit.proxy == P                                  # a caller's own bound still wins
+
+
 CREATE = {'create_network': 1, 'connect_container_to_network': 1}
 TEARDOWN = {'inspect_network': 1, 'containers': 1, 'disconnect_container_from_network': 1, 'remove_network': 1}
 # (what carries the new network, shard_bound, daemon with 10 networks, daemon with 1,000) -> container inspects
@@ -419,12 +572,13 @@ def test_a_jobs_engine_work_does_not_grow_with_the_networks(case, bound, small, 
 
 
 def test_the_first_create_of_a_client_reads_the_daemon_once_then_keeps_it_current():
+    # bound 50 throughout (seeded's layout), given explicitly: the default follows the proxy (API 3.0)
     d = seeded(jobs=120)
-    first = jn.create_job_network(d, 'a', routes=[])
+    first = jn.create_job_network(d, 'a', routes=[], shard_bound=50)
     assert d.calls['networks'] == 1 and d.calls['containers'] == 1   # the subnets, the family: once
     assert first.proxy == sh.shard_name(P, 2) and first.subnet == '10.47.3.192/29'
     d.reset()
-    made = [jn.create_job_network(d, 'b%d' % i, routes=[]) for i in range(40)]
+    made = [jn.create_job_network(d, 'b%d' % i, routes=[], shard_bound=50) for i in range(40)]
     # No network listing; the whole family once, when every member it knew was full (before shard 3).
     assert d.calls['networks'] == 0 and d.calls['containers'] == 1 and d.calls['create_container'] == 1
     # Two inspects a create (the proxy and the chosen shard); the one that starts shard 3 makes five.
@@ -434,7 +588,7 @@ def test_the_first_create_of_a_client_reads_the_daemon_once_then_keeps_it_curren
     for m in made:
         jn.teardown_job_network(d, m.job_id)
     assert sh.shard_name(P, 3) not in d.boxes   # its last job went: removed, and forgotten
-    again = jn.create_job_network(d, 'c', routes=[])
+    again = jn.create_job_network(d, 'c', routes=[], shard_bound=50)
     assert again.subnet == '10.47.3.200/29' and again.proxy == sh.shard_name(P, 2)   # freed, picked again
 
 
@@ -447,11 +601,12 @@ def test_pick_corrects_what_another_process_changed():
     d.reset()
     assert sh.pick(d, P, 50, memo) is None                          # shard 1 read again: not running
     assert d.calls == {'inspect_container': 2}
-    assert jn.create_job_network(d, 'j', routes=[]).proxy == sh.shard_name(P, 2)  # the whole family read again
+    # the whole family read again
+    assert jn.create_job_network(d, 'j', routes=[], shard_bound=50).proxy == sh.shard_name(P, 2)
     assert sh.shard_name(P, 3) not in d.boxes
     del d.boxes[sh.shard_name(P, 2)]                                # removed by somebody else
     d.boxes[P]['nets'] -= set('pi-job-s%d-net' % i for i in range(5))
-    assert jn.create_job_network(d, 'k', routes=[]).proxy == P      # the proxy has room again
+    assert jn.create_job_network(d, 'k', routes=[], shard_bound=50).proxy == P      # the proxy has room again
 
 
 def test_the_proxy_missing_or_stopped_is_still_refused_from_the_picture():
