@@ -242,7 +242,12 @@ def _settings(spec, obs, image_id):
         ('health check', obs['healthcheck'], spec['healthcheck']['test'], None),
         ('health check timing (ns)', obs['health_timing'], _timing(spec), None),
     ]
-    for label, value in sorted(spec['labels'].items()):
+    # The shard bound is compared both ways: a label the operator's variable no longer asks for goes,
+    # or dispatchers would keep following it. (A proxy made before the variable existed has none.)
+    wanted_labels = dict(spec['labels'])
+    if LABEL_SHARD_BOUND in obs['labels']:
+        wanted_labels.setdefault(LABEL_SHARD_BOUND, None)
+    for label, value in sorted(wanted_labels.items()):
         rows.append(('labels: %s' % label, obs['labels'].get(label), value,
                      'labels: %s is %r, wanted %r' % (label, obs['labels'].get(label), value)))
     rows += [

@@ -270,3 +270,25 @@ def test_a_shard_bound_that_is_not_a_count_is_refused(bound):
     with pytest.raises(_proxy.ProxyError) as info:
         _spec(shard_bound=bound)
     assert 'egress_proxy_shard_bound' in str(info.value) and 'whole number' in str(info.value)
+
+
+BOUND = 'io.pi-dispatch.egress.shard-bound'
+
+
+@pytest.mark.parametrize('wanted, running_label, differs', [
+    (None, None, False),    # a proxy from before the variable, nothing asked: kept as it is
+    (10, '10', False),
+    (10, None, True),       # the variable set: the proxy is replaced to carry it
+    (10, '25', True),       # changed
+    (None, '25', True),     # the variable removed: the label goes, or dispatchers would keep following it
+])
+def test_the_shard_bound_label_is_compared_both_ways(wanted, running_label, differs):
+    spec = _spec(shard_bound=wanted)
+    labels = {_proxy.LABEL_ROLE: 'proxy'}
+    if running_label is not None:
+        labels[BOUND] = running_label
+    diffs = _proxy.differences(spec, _proxy.observed(_attrs(spec, labels=labels)), 'sha256:img')
+    assert bool(diffs) is differs, diffs
+    if differs:
+        wanted_text = None if wanted is None else str(wanted)
+        assert diffs == ['labels: %s is %r, wanted %r' % (BOUND, running_label, wanted_text)]
