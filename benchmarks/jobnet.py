@@ -174,8 +174,9 @@ def main():
             tag = 's%d-' % bound
             create_t, teardown_t, alive, family = alive_at_once(client, args, prefix + tag, count, bound, routes,
                                                                 created)
-            print('%s: %d job networks alive at once; the family at the peak: %s' % (
-                label, alive, ', '.join('%s %d' % (name, load) for name, load in family)))
+            loads = [load for _name, load in family]
+            print('%s: %d job networks alive at once; the family at the peak: the proxy and %d shard(s), '
+                  '%d to %d job networks each' % (label, alive, len(family) - 1, min(loads), max(loads)))
             ratios.append((label, block_table(label, create_t, teardown_t)))
         for label, (create_ratio, teardown_ratio) in ratios:
             print('ratio p50(last block) / p50(first block), %s: create+attach %.2f, teardown %.2f' % (
