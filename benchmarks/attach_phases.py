@@ -63,7 +63,7 @@ def iptables_state():
     out = subprocess.run(['iptables-save'], capture_output=True, text=True, timeout=60, check=True).stdout
     save_s = time.perf_counter() - start
     checks = []
-    for _ in range(5):  # the kind of call the daemon makes for every rule it programs
+    for _check in range(5):  # the kind of call the daemon makes for every rule it programs
         start = time.perf_counter()
         subprocess.run(['iptables', '--wait', '-t', 'filter', '-C', 'FORWARD', '-j', 'DOCKER-USER'],
                        capture_output=True, timeout=60, check=False)
@@ -72,7 +72,8 @@ def iptables_state():
 
 
 def iptables_backend():
-    out = subprocess.run(['iptables', '--version'], capture_output=True, text=True, timeout=60).stdout.strip()
+    out = subprocess.run(['iptables', '--version'], capture_output=True, text=True, timeout=60,
+                         check=False).stdout.strip()
     return out or 'unknown'
 
 
@@ -146,7 +147,7 @@ def main():
         loaded = 0
         holders = []  # (container, networks it holds) for --per-container
         if args.per_container:
-            for _ in range(args.per_container // 2):
+            for _half in range(args.per_container // 2):
                 bench.network(loaded).connect(proxy)
                 loaded += 1
         for checkpoint in checkpoints:
