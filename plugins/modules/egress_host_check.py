@@ -19,8 +19,8 @@ description:
   - Checks the Python the modules run with (3.8 or newer), that it can import the Docker SDK for
     Python (7.0 or newer) and C(publicsuffixlist) (the allowlist check), and that the Docker Engine
     answers (API 1.41 or newer).
-  - Also reports which iptables the host runs (C(iptables -V): nf_tables or legacy), the one
-    Docker programs its network rules with. It decides how a job network's start grows with the
+  - Also reports which iptables the host runs, nf_tables or legacy as C(iptables -V) names it, the
+    one Docker programs its network rules with. It decides how a job network's start grows with the
     number of networks on the host (docs/job-networks.md); it is reported, never a failure.
   - The playbooks run it first on every host (role C(pi_dispatch.egress.host_check)).
   - Never changes anything.
