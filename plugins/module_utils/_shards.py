@@ -46,7 +46,7 @@ SHARD_INFIX = '-shard-'
 # connect walks the daemon's whole network store once per network the joining container already
 # holds, about 8 ms per held network at 1,000 networks on the daemon, so the bound is the slope of
 # a job's start on a busy host; a shard costs one idle squid (about 25 MiB) and a start of about
-# two seconds, paid by one job in every ``bound``.
+# a second (until squid answers its health test), paid by one job in every ``bound``.
 DEFAULT_BOUND = 10
 # The most shards one proxy gets (a runaway guard): at the default bound, 2,560 jobs on one host.
 MAX_SHARDS = 255

@@ -67,6 +67,23 @@ def _docker_says_healthy(client, container, limit=_shards.SHARD_HEALTH_INTERVAL 
     return status
 
 
+def _remove_jobs_and_shards(client, proxy, jobs, containers=()):
+    """Best-effort cleanup: the job containers, the jobs' networks, and every shard of ``proxy``."""
+    for container in containers:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    for job in jobs:
+        try:
+            jn.teardown_job_network(client, job, proxy_name=proxy)
+        except jn.EngineError:
+            pass
+    for member in jn.proxy_family(client, proxy):
+        if member.is_shard:
+            client.api.remove_container(member.name, force=True)
+
+
 @pytest.fixture
 def sharded(egress_env):
     """Three job networks with a bound one above what the proxy carries: two on the proxy, one on a shard."""
@@ -86,19 +103,7 @@ def sharded(egress_env):
         yield dict(client=client, proxy=proxy, bound=bound, jobs=jobs, nets=nets, containers=containers,
                    shard=_shards.shard_name(proxy, 1), env=egress_env)
     finally:
-        for container in containers:
-            try:
-                container.remove(force=True)
-            except docker.errors.NotFound:
-                pass
-        for job in jobs:
-            try:
-                jn.teardown_job_network(client, job, proxy_name=proxy)
-            except jn.EngineError:
-                pass
-        for member in jn.proxy_family(client, proxy):
-            if member.is_shard:
-                client.api.remove_container(member.name, force=True)
+        _remove_jobs_and_shards(client, proxy, jobs, containers)
 
 
 def test_jobs_beyond_the_bound_land_on_a_shard_that_is_a_copy_of_the_proxy(sharded):
@@ -281,14 +286,7 @@ def test_the_role_variable_sets_the_bound_every_dispatcher_follows(egress_env):
         nets = [jn.create_job_network(client, job, proxy_name=proxy) for job in jobs]   # no bound of their own
         assert [n.proxy for n in nets] == [proxy, _shards.shard_name(proxy, 1)]
     finally:
-        for job in jobs:
-            try:
-                jn.teardown_job_network(client, job, proxy_name=proxy)
-            except jn.EngineError:
-                pass
-        for member in jn.proxy_family(client, proxy):
-            if member.is_shard:
-                client.api.remove_container(member.name, force=True)
+        _remove_jobs_and_shards(client, proxy, jobs)
         rc, out, _recap = env.site(egress_proxy_allow_cut_jobs=True)
         assert rc == 0, out[-4000:]
     assert _shards.LABEL_SHARD_BOUND not in client.api.inspect_container(proxy)['Config']['Labels']
