@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_engine import (
@@ -285,9 +286,24 @@ def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, 
 
 
 def _sweep_shards(client, proxy_name, result, check_mode):
-    """Remove the proxy's shards that carry no job network any more (after the networks went)."""
-    if not check_mode:
-        client_memo(client).clear()  # what create remembers of the subnets and the shards: read it afresh
+    """Remove the proxy's shards that carry no job network any more (after the networks went).
+
+    Under the daemon's job-network lock (_jobnet_lock), so a create on this host never attaches a
+    job to a shard the sweep is removing.
+    """
+    if check_mode:
+        _sweep_shards_held(client, proxy_name, result, True, None)
+        return
+    memo = client_memo(client)
+    memo.clear()  # what create remembers of the subnets and the shards: read it afresh
+    try:
+        with _jobnet_lock.held(client, memo) as lock:
+            _sweep_shards_held(client, proxy_name, result, False, lock)
+    except EngineError as exc:
+        result['failed'].append(dict(network=None, job_id=None, step='lock', message=str(exc), done=[]))
+
+
+def _sweep_shards_held(client, proxy_name, result, check_mode, lock):
     try:
         family = _shards.members(client, proxy_name)
     except EngineError as exc:
@@ -304,6 +320,7 @@ def _sweep_shards(client, proxy_name, result, check_mode):
             if _shards.remove_if_empty(client, proxy_name, member.name):
                 result['removed_shards'].append(member.name)
                 result['changed'] = True
+                lock.changed()
         except EngineError as exc:
             result['failed'].append(dict(network=None, job_id=None, step='remove-shard %s' % member.name,
                                          message=str(exc), done=[]))

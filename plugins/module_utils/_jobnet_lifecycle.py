@@ -14,8 +14,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import random
 import threading
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._docker_client import (
     EngineError,
@@ -56,8 +58,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_pool im
 )
 
 # How many subnets create tries when the daemon refuses the one it picked as
-# overlapping (another creator won the race, or a network the client's book
-# did not have holds it); each try after a refusal lists the networks again.
+# overlapping (a creator this host's lock does not cover won the race, or a network the client's book
+# did not have holds it); each try after a refusal lists the networks again and starts its pick at
+# a random place in the pool, so creators on other hosts spread out instead of racing again.
 CREATE_ATTEMPTS = 5
 
 # Every container state but running. A running container has an active endpoint, so the network's
@@ -215,23 +218,28 @@ def _attach(client, net_id, net_name, proxy_name, shard_bound):
 def _make_network(client, memo, name, labels, pool, prefix, routes):
     """Create ``name`` on a free subnet of the pool: (network id, subnet), or (None, None) when it exists.
 
-    The subnet comes from the client's book (``_jobnet_pool.subnet_book``: no Engine call when it
-    has one) and the host's routes. A subnet the daemon refuses as overlapping is taken by a
-    network the book did not have: it is marked taken and the next try lists the networks again,
-    CREATE_ATTEMPTS tries in all. Holds _ALLOC_LOCK (threads of one process take subnets in turn).
+    Called under the daemon's lock (_jobnet_lock), so no creator on this host picks at the same
+    time. The subnet comes from the client's book (``_jobnet_pool.subnet_book``: no Engine call when
+    it has one) and the host's routes. A subnet the daemon refuses as overlapping is taken by a
+    network the book did not have (made by a creator on another host, or outside this collection):
+    it is marked taken and the next try lists the networks again and picks from a random place in
+    the pool, CREATE_ATTEMPTS tries in all. Holds _ALLOC_LOCK (threads of one process take subnets
+    in turn).
     """
     from docker.types import IPAMConfig, IPAMPool
 
     blocked = route_subnets(routes)
     refused = []
     last = None
+    capacity = 2 ** (prefix - parse_pool(pool, prefix)[0].prefixlen)
     with _ALLOC_LOCK:
         for attempt in range(CREATE_ATTEMPTS):
             book = subnet_book(client, memo, refresh=attempt > 0)
             for taken in refused:
                 book.add(taken)
+            start = random.randrange(capacity) if attempt > 0 else None
             try:
-                subnet = allocate_subnet(pool, prefix, book.taken() + blocked)
+                subnet = allocate_subnet(pool, prefix, book.taken() + blocked, start=start)
             except PoolExhausted:
                 # The book may be behind (networks removed by another process), or the job's network
                 # is there already (an idempotent call on a full pool).
@@ -239,7 +247,7 @@ def _make_network(client, memo, name, labels, pool, prefix, routes):
                 for taken in refused:
                     book.add(taken)
                 try:
-                    subnet = allocate_subnet(pool, prefix, book.taken() + blocked)
+                    subnet = allocate_subnet(pool, prefix, book.taken() + blocked, start=start)
                 except PoolExhausted:
                     if inspect_job_network(client, name) is not None:
                         return None, None
@@ -264,9 +272,10 @@ def _make_network(client, memo, name, labels, pool, prefix, routes):
     raise EngineError(
         "Creating network %s failed: the daemon refused %d subnets of %s in a row as overlapping (%s; "
         "it said: %s), although none was taken in its network listing or this host's routes when it "
-        "was picked. Another creator is taking them as fast, or networks the listing does not show hold "
-        "them. Nothing was created. Retry, or give job networks a pool nothing else allocates from."
-        % (name, len(refused), pool, ', '.join(str(s) for s in refused), last))
+        "was picked. Creators on another host sharing this daemon are taking them as fast, or networks "
+        "the listing does not show hold them. Nothing was created. Retry (the error is retryable), or "
+        "give job networks a pool nothing else allocates from."
+        % (name, len(refused), pool, ', '.join(str(s) for s in refused), last), retryable=True)
 
 
 def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
@@ -296,15 +305,21 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
     else DEFAULT_SHARD_BOUND, 10): the network gets the least-loaded running
     member below it, a new shard when all are full (_shards.py), and the job
     still reaches the proxy by its name (the shard's network alias).
-    Safe to call from several threads of one process
-    (they take subnets in turn) and from several processes (the daemon
-    refuses an overlap and create lists and picks again, up to CREATE_ATTEMPTS times).
+    Safe to call from any number of threads and processes on this host at
+    once: the pick of the subnet and of the member, and the calls that make
+    them true, run under the daemon's host-wide lock (_jobnet_lock: a flock,
+    dropped by the kernel when a holder dies), so every creator succeeds while
+    the pool has room and no member passes its bound. Creators on other hosts
+    sharing the daemon are not under that lock: the daemon refuses an
+    overlapping subnet and create picks again from a random place in the
+    pool, up to CREATE_ATTEMPTS times.
 
     Returns a JobNetwork. Raises JobNetError (bad job id, pool or prefix;
     nothing touched), PoolExhausted (no free subnet), EngineError (the
     daemon refused, the name belongs to something else, or the proxy could
-    not be attached) or its subclass EngineUnavailable (the daemon did not
-    answer; retryable).
+    not be attached; ``retryable`` True when another creator's race or the
+    lock's wait is the cause) or its subclass EngineUnavailable (the daemon
+    did not answer; retryable).
     """
     validate_job_id(job_id)
     parse_pool(pool, prefix)
@@ -324,19 +339,28 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
         return JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
                           actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
 
+    with _jobnet_lock.held(client, memo) as lock:
+        return _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix,
+                            routes, shard_bound)
+
+
+def _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix, routes,
+                 shard_bound):
+    """The create of :func:`create_job_network` under the daemon's lock (``lock``: _jobnet_lock.Held)."""
     for _round in (1, 2):
         net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes)
         if net_id is not None:
             break
-        # The daemon has a network of that name: keep it when it is this job's (outside the lock:
-        # attaching may need a new shard).
+        # The daemon has a network of that name: keep it when it is this job's.
         found = _existing_job_network(client, name, job_id, proxy_name, env, cname, False, shard_bound)
         if found is not None:
+            if found.changed:
+                lock.changed()
             return found
     else:
         raise EngineError("Creating network %s failed: the daemon says it exists, but it was gone when "
-                          "inspected, twice. Nothing was created. Retry." % name)
-
+                          "inspected, twice. Nothing was created. Retry." % name, retryable=True)
+    lock.changed()
     try:
         carrier = _attach(client, net_id, name, proxy_name, shard_bound)
     except EngineError as exc:
@@ -351,7 +375,7 @@ def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_P
         raise EngineError(
             "Attaching the proxy %s to %s failed: %s; %s. Start or create the proxy "
             "(playbooks/site.yml), check it with the egress_preflight module, then retry."
-            % (proxy_name, name, reason, cleanup))
+            % (proxy_name, name, reason, cleanup), retryable=getattr(exc, 'retryable', False))
     return JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
                       actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
 
@@ -434,13 +458,17 @@ def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False
             % (name, exc, name))
     forget_subnet(memo, subnet_of(attrs))
     done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
-    for carrier in carriers:
-        # A shard whose last job network this was goes too (the proxy itself always stays).
-        if carrier != proxy_name:
-            try:
-                if _shards.remove_if_empty(client, proxy_name, carrier):
-                    done.append('remove the empty shard %s' % carrier)
-                    _shards.note(memo, proxy_name, carrier, attached=False)
-            except EngineError:
-                pass  # the sweep (job_network_gc) removes an empty shard later
+    shards = [c for c in carriers if c != proxy_name]
+    if shards:
+        # A shard whose last job network this was goes too (the proxy itself always stays), under the
+        # daemon's lock: a create on this host never picks a shard that is being removed.
+        try:
+            with _jobnet_lock.held(client, memo) as lock:
+                for carrier in shards:
+                    if _shards.remove_if_empty(client, proxy_name, carrier):
+                        done.append('remove the empty shard %s' % carrier)
+                        _shards.note(memo, proxy_name, carrier, attached=False)
+                        lock.changed()
+        except EngineError:
+            pass  # the sweep (job_network_gc) removes an empty shard later
     return dict(changed=bool(done), network=name, actions=done)

@@ -96,20 +96,8 @@ def _as_networks(items):
     return out
 
 
-def allocate_subnet(pool, prefix, taken):
-    """The lowest /``prefix`` of ``pool`` that overlaps nothing in ``taken``.
-
-    ``taken`` is any iterable of IPv4 networks (or CIDR strings): existing
-    docker networks' subnets and the host's routes. Pure; raises
-    PoolExhausted naming what blocked the pool.
-    """
-    pool, prefix = parse_pool(pool, prefix)
-    size = 2 ** (32 - prefix)
-    start = int(pool.network_address)
-    end = int(pool.broadcast_address)
-    blocking = [n for n in _as_networks(taken) if n.overlaps(pool)]
-    intervals = sorted((int(n.network_address), int(n.broadcast_address)) for n in blocking)
-    cand = start
+def _first_free(cand, end, size, intervals):
+    """The first ``size``-aligned block at or after ``cand`` that ends by ``end`` and overlaps no interval."""
     for low, high in intervals:
         if cand + size - 1 < low:
             break
@@ -117,7 +105,31 @@ def allocate_subnet(pool, prefix, taken):
             cand = ((high + 1 + size - 1) // size) * size
         if cand > end:
             break
-    if cand + size - 1 > end:
+    return cand if cand + size - 1 <= end else None
+
+
+def allocate_subnet(pool, prefix, taken, start=None):
+    """The lowest /``prefix`` of ``pool`` that overlaps nothing in ``taken``.
+
+    ``taken`` is any iterable of IPv4 networks (or CIDR strings): existing
+    docker networks' subnets and the host's routes. ``start`` (the index of a
+    /``prefix`` in the pool, taken modulo the pool's capacity) makes it the
+    first free one at or after that index, wrapping round to the pool's start:
+    creators that raced for one subnet spread out instead of racing again for
+    the next. Pure; raises PoolExhausted naming what blocked the pool.
+    """
+    pool, prefix = parse_pool(pool, prefix)
+    size = 2 ** (32 - prefix)
+    first = int(pool.network_address)
+    end = int(pool.broadcast_address)
+    blocking = [n for n in _as_networks(taken) if n.overlaps(pool)]
+    intervals = sorted((int(n.network_address), int(n.broadcast_address)) for n in blocking)
+    cand = None
+    if start:
+        cand = _first_free(first + (int(start) % 2 ** (prefix - pool.prefixlen)) * size, end, size, intervals)
+    if cand is None:
+        cand = _first_free(first, end, size, intervals)
+    if cand is None:
         shown = ', '.join(str(n) for n in sorted(set(blocking))[:5])
         more = len(set(blocking)) - 5
         raise PoolExhausted(

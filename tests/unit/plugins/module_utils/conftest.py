@@ -18,3 +18,11 @@ class FakeModule(object):
 @pytest.fixture
 def fake_module():
     return FakeModule
+
+
+@pytest.fixture(autouse=True)
+def job_network_lock_dir(tmp_path_factory, monkeypatch):
+    """Each test takes the job-network lock (_jobnet_lock) in a folder of its own, never /run/lock."""
+    folder = tmp_path_factory.mktemp('locks')
+    monkeypatch.setenv('PI_EGRESS_LOCK_DIR', str(folder))
+    return str(folder)

@@ -196,7 +196,52 @@ def _api_error(status, message):
     return docker.errors.APIError(message, response=resp, explanation=message)
 
 
-def test_a_subnet_refused_as_overlapping_is_skipped_and_the_networks_listed_again():
+class _Start(object):
+    """Stands in for ``random`` in _jobnet_lifecycle: the pick after a refusal starts at ``index``."""
+
+    def __init__(self, index):
+        self.index, self.asked = index, []
+
+    def randrange(self, capacity):
+        self.asked.append(capacity)
+        return self.index
+
+
+@pytest.fixture
+def lowest_start(monkeypatch):
+    """A pick after a refusal starts at the pool's start too (index 0), as the tables below expect."""
+    start = _Start(0)
+    monkeypatch.setattr(lifecycle, 'random', start)
+    return start
+
+
+def test_a_pick_after_a_refusal_starts_at_a_random_place_in_the_pool(monkeypatch):
+    start = _Start(100)
+    monkeypatch.setattr(lifecycle, 'random', start)
+    d = _Nets(hidden=['10.47.0.0/29', '10.47.3.32/29'])
+    net = jn.create_job_network(d, 'a', routes=[], shard_bound=0)
+    # 10.47.0.0 refused; the next pick starts at /29 number 100 (10.47.3.32), refused too; then 101.
+    assert net.subnet == '10.47.3.40/29' and start.asked == [8192, 8192]
+
+
+@pytest.mark.parametrize('index, taken, expected', [
+    (0, [], '10.47.0.0/29'),
+    (3, [], '10.47.0.24/29'),
+    (3, ['10.47.0.24/29'], '10.47.0.32/29'),
+    (8191, ['10.47.255.248/29'], '10.47.0.0/29'),         # wraps round to the pool's start
+    (8192 + 2, [], '10.47.0.16/29'),                      # modulo the capacity
+])
+def test_allocate_subnet_from_a_start(index, taken, expected):
+    assert str(pool.allocate_subnet('10.47.0.0/16', 29, taken, start=index)) == expected
+
+
+def test_allocate_subnet_from_a_start_still_knows_a_full_pool():
+    taken = ['10.47.0.0/24']
+    with pytest.raises(pool.PoolExhausted):
+        pool.allocate_subnet('10.47.0.0/24', 29, taken, start=5)
+
+
+def test_a_subnet_refused_as_overlapping_is_skipped_and_the_networks_listed_again(lowest_start):
     d = _Nets(hidden=['10.47.0.0/29'], racer=[None, '10.47.0.8/29'])
     net = jn.create_job_network(d, 'a', routes=[], shard_bound=0)
     # 10.47.0.0 refused (hidden), listed again; 10.47.0.8 taken meanwhile, listed again; then 10.47.0.16.
@@ -208,7 +253,7 @@ def test_a_subnet_refused_as_overlapping_is_skipped_and_the_networks_listed_agai
     assert d.calls == ['create', 'connect']
 
 
-def test_overlap_refusals_give_up_after_the_bound_with_what_was_tried():
+def test_overlap_refusals_give_up_after_the_bound_with_what_was_tried(lowest_start):
     hidden = ['10.47.0.%d/29' % (8 * i) for i in range(jn.CREATE_ATTEMPTS)]
     d = _Nets(hidden=hidden)
     with pytest.raises(jn.EngineError) as caught:
@@ -217,6 +262,7 @@ def test_overlap_refusals_give_up_after_the_bound_with_what_was_tried():
     assert 'refused %d subnets of 10.47.0.0/16 in a row as overlapping' % jn.CREATE_ATTEMPTS in text
     assert all(h in text for h in hidden) and 'Pool overlaps' in text and 'Nothing was created' in text
     assert d.calls.count('create') == jn.CREATE_ATTEMPTS and d.nets == {}
+    assert caught.value.retryable is True                  # a race lost: calling again is the fix
 
 
 def test_the_book_is_read_again_after_a_minute_and_routes_still_count():
