@@ -21,9 +21,10 @@ existing file, truncates it, writes, and fsyncs.
 It refuses a missing file (it never creates one: the deployment layout
 does, before the proxy mounts it), a symlink, a directory or anything that
 is not a regular file, and a file with other hard links (writing it would
-change the other names too). Should the write fail half-way, it writes the
-caller's ``fallback`` (for the endpoints include: the header alone, which
-squid accepts) so that a reload never reads a partial file.
+change the other names too). It keeps the last good content: a probe beside
+the file checks the new content fits before the file is touched, and a write
+that fails half-way is undone by writing the previous content back, so a
+later reload (any site.yml) never reads a partial or emptied file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -104,17 +105,53 @@ def _replace_content(fd, data):
     os.fsync(fd)
 
 
+def _no_room_for(path, size):
+    """An OSError when ``size`` bytes cannot be written beside ``path`` now (a full or read-only file
+    system), else None. The probe file is removed again either way."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.probe',
+                                     dir=os.path.dirname(path))
+    except OSError as exc:
+        return exc
+    try:
+        block = b'\0' * min(size, 65536)
+        left = size
+        while left > 0:
+            left -= os.write(fd, block[:left])
+        os.fsync(fd)
+        return None
+    except OSError as exc:
+        return exc
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def _cannot_open(path, exc):
+    if exc.errno == errno.EROFS:
+        return ('Cannot open %s for writing: the file system is mounted read-only (%s). Nothing was written. '
+                'Remount it read-write (or move the deployment folder to a writable one), then run again.'
+                % (path, exc))
+    if os.geteuid() != 0:
+        return ('Cannot open %s for writing: %s. Nothing was written. Run as an account that may write it '
+                '(become: true).' % (path, exc))
+    return ('Cannot open %s for writing although running as root: %s. Nothing was written. Check the file\'s '
+            'attributes (lsattr %s: an immutable file refuses even root) and any security module, then run '
+            'again.' % (path, exc, path))
+
+
 def write_in_place(path, content, fallback=None):
     """Replace the content of ``path`` keeping its inode. Returns a result dict.
 
-    ``fallback`` (str or bytes; default empty) is written instead when the
-    write of ``content`` fails, so the file is never left partial. The
-    returned dict has ``path``, ``inode``, ``size`` and ``changed`` (False
-    when the content was already the same and nothing was written).
-    Raises :class:`InPlaceError`.
+    The file is never left partial and, as a rule, never left without the last good content:
+    before the file is touched, a probe file beside it checks that the new content fits (a full or
+    read-only file system refuses here, and nothing was written); should the write still fail
+    half-way, the content the file had is written back. Only when that fails too is ``fallback``
+    (str or bytes; default: the content the file had) written, and the error says so. The returned
+    dict has ``path``, ``inode``, ``size`` and ``changed`` (False when the content was already the
+    same and nothing was written). Raises :class:`InPlaceError`.
     """
     data = _to_bytes(content)
-    fallback_data = _to_bytes(fallback if fallback is not None else b'')
     st = check_target(path)
     flags = os.O_RDWR | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0)
     try:
@@ -122,8 +159,7 @@ def write_in_place(path, content, fallback=None):
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InPlaceError('%s became a symlink while being written; refused.' % path)
-        raise InPlaceError('Cannot open %s for writing: %s. Run as an account that may write it '
-                           '(become: true).' % (path, exc))
+        raise InPlaceError(_cannot_open(path, exc))
     try:
         fst = os.fstat(fd)
         if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode) \
@@ -133,22 +169,40 @@ def write_in_place(path, content, fallback=None):
         current = _read_fd(fd)
         if current == data:
             return dict(path=path, inode=fst.st_ino, size=len(data), changed=False)
+        no_room = _no_room_for(path, len(data)) if len(data) > len(current) else None
+        if no_room is not None:
+            raise InPlaceError('Writing %s failed before it was touched (%s). It still holds its previous '
+                               'content. Free the disk (or fix the error), then run again.' % (path, no_room))
         try:
             _replace_content(fd, data)
         except OSError as exc:
-            try:
-                _replace_content(fd, fallback_data)
-            except OSError as exc2:
-                raise InPlaceError('Writing %s failed (%s), and so did writing the empty fallback (%s): the '
-                                   'file may be partial. Free the disk or fix the error, render again, and '
-                                   'do not reload the proxy until then.' % (path, exc, exc2))
-            raise InPlaceError('Writing %s failed (%s). It now holds the empty fallback (nothing declared), '
-                               'not a partial file. Fix the error and render again.' % (path, exc),
-                               fallback_written=True)
+            _restore(fd, path, exc, current, fallback)
         after = os.fstat(fd)
         return dict(path=path, inode=after.st_ino, size=len(data), changed=True)
     finally:
         os.close(fd)
+
+
+def _restore(fd, path, exc, current, fallback):
+    """The write of ``path`` failed with ``exc``: put ``current`` back (else ``fallback``), then raise."""
+    try:
+        _replace_content(fd, current)
+    except OSError as exc2:
+        if fallback is None:
+            raise InPlaceError('Writing %s failed (%s), and so did writing its previous content back (%s): the '
+                               'file may be partial. Free the disk or fix the error, render again, and do not '
+                               'reload the proxy until then.' % (path, exc, exc2))
+        try:
+            _replace_content(fd, _to_bytes(fallback))
+        except OSError as exc3:
+            raise InPlaceError('Writing %s failed (%s), and so did writing its previous content back (%s) and the '
+                               'empty fallback (%s): the file may be partial. Free the disk or fix the error, '
+                               'render again, and do not reload the proxy until then.' % (path, exc, exc2, exc3))
+        raise InPlaceError('Writing %s failed (%s), and writing its previous content back failed too (%s). It '
+                           'now holds the fallback (nothing declared), not a partial file. Fix the error and '
+                           'render again.' % (path, exc, exc2), fallback_written=True)
+    raise InPlaceError('Writing %s failed (%s). Its previous content was written back, so the proxy keeps what '
+                       'it serves. Free the disk (or fix the error), then run again.' % (path, exc))
 
 
 def _read_fd(fd):

@@ -160,11 +160,21 @@ def _create_backup(path, now=None):
             if exc.errno == errno.EEXIST:  # taken between the check and the create: next name
                 continue
             raise RefreshError('Creating the backup %s failed: %s. Nothing was changed.' % (name, exc))
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(data)
-            handle.flush()
-            _files.keep_owner(handle.fileno(), st)
-            os.fsync(handle.fileno())
+        try:
+            with os.fdopen(fd, 'w') as handle:
+                handle.write(data)
+                handle.flush()
+                _files.keep_owner(handle.fileno(), st)
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            # A backup holds the whole old file or does not exist: a partial one would be restored as rules.
+            try:
+                os.unlink(name)
+                left = 'the partial backup was removed'
+            except OSError as exc2:
+                left = 'removing the partial backup ALSO failed (%s): delete %s, it is not a whole copy' % (exc2, name)
+            raise RefreshError('Writing the backup %s failed: %s; %s. The rules file %s was not touched. Free the '
+                               'disk (or fix the error), then run again.' % (name, exc, left, path))
         return name
     raise RefreshError('Could not find a free backup name beside %s; nothing was changed.' % path)
 
@@ -191,8 +201,13 @@ def refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
     try:
         _files.write_atomic(path, result['packaged'])
     except OSError as exc:
-        raise RefreshError('Writing the packaged rules into %s failed: %s. The file is unchanged; the backup '
-                           '%s holds the same content.' % (path, exc, backup))
+        try:
+            os.unlink(backup)
+            left = 'the backup made for it (%s, the same content) was removed again' % backup
+        except OSError as exc2:
+            left = 'the backup %s (a whole copy of it) could not be removed (%s)' % (backup, exc2)
+        raise RefreshError('Writing the packaged rules into %s failed: %s. The file is unchanged and %s. Free '
+                           'the disk (or fix the error), then run again.' % (path, exc, left))
     result['backup'] = backup
     result['changed'] = True
     return result

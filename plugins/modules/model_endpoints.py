@@ -256,7 +256,6 @@ def main():
         new_text = _endpoints.render_include(endpoints)
     except _endpoints.EndpointsError as exc:
         module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
-    empty_text = _endpoints.render_include([])
     try:
         st = _files.check_target(include)
         current = _files.read(include)
@@ -317,7 +316,7 @@ def main():
         result['reloaded'] = True
     if changed and not module.check_mode:
         try:
-            written = _files.write_in_place(include, new_text, fallback=empty_text)
+            written = _files.write_in_place(include, new_text)
         except _files.InPlaceError as exc:
             result['reloaded'] = False
             module.fail_json(msg=str(exc), **result)
@@ -327,7 +326,7 @@ def main():
                 result['loaded'] = _reload.reload_family(client, container, layout.paths)
             except _reload.ParseRefused as exc:
                 try:
-                    _files.write_in_place(include, current, fallback=empty_text)
+                    _files.write_in_place(include, current)
                     put_back = 'The previous include was written back'
                 except _files.InPlaceError as exc2:
                     put_back = 'Writing the previous include back failed too (%s)' % exc2

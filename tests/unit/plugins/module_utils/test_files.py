@@ -94,56 +94,84 @@ def test_read_refuses_the_same(tmp_path):
         _files.read(str(link))
 
 
-def test_failed_write_leaves_fallback(tmp_path, monkeypatch):
-    target = tmp_path / 'f.conf'
-    target.write_text('# old\n')
-    inode = os.stat(target).st_ino
+def _failing_writes(monkeypatch, failures, partial=False):
+    """The first ``failures`` content writes fail (ENOSPC; the first after writing 5 bytes when ``partial``)."""
     real = _files._write_all
     calls = []
 
     def failing(fd, data):
         calls.append(data)
-        if len(calls) == 1:
-            os.write(fd, data[:5])  # a partial write, then the disk fills up
+        if len(calls) <= failures:
+            if partial and len(calls) == 1:
+                os.write(fd, data[:5])
             raise OSError(28, 'No space left on device')
         return real(fd, data)
 
     monkeypatch.setattr(_files, '_write_all', failing)
-    with pytest.raises(_files.InPlaceError) as info:
-        _files.write_in_place(str(target), '# header\nacl x port 1\n', fallback='# header\n')
-    assert info.value.fallback_written is True
-    assert 'No space left' in str(info.value)
-    assert target.read_text() == '# header\n'
-    assert os.stat(target).st_ino == inode
+    return calls
 
 
-def test_failed_write_default_fallback_is_empty(tmp_path, monkeypatch):
+def test_a_failed_write_puts_the_previous_content_back(tmp_path, monkeypatch):
     target = tmp_path / 'f.conf'
-    target.write_text('# old\n')
-    real = _files._write_all
-    state = {'n': 0}
-
-    def failing(fd, data):
-        state['n'] += 1
-        if state['n'] == 1:
-            raise OSError(5, 'Input/output error')
-        return real(fd, data)
-
-    monkeypatch.setattr(_files, '_write_all', failing)
-    with pytest.raises(_files.InPlaceError):
-        _files.write_in_place(str(target), 'new')
-    assert target.read_bytes() == b''
-
-
-def test_fallback_failing_too_is_reported(tmp_path, monkeypatch):
-    target = tmp_path / 'f.conf'
-    target.write_text('# old\n')
-
-    def failing(fd, data):
-        raise OSError(5, 'Input/output error')
-
-    monkeypatch.setattr(_files, '_write_all', failing)
+    target.write_text('# old\nacl m1 port 1\n')
+    inode = os.stat(target).st_ino
+    calls = _failing_writes(monkeypatch, 1, partial=True)
     with pytest.raises(_files.InPlaceError) as info:
-        _files.write_in_place(str(target), 'new', fallback='# h\n')
+        _files.write_in_place(str(target), '# header\nacl x port 1\nacl y port 2\n', fallback='# header\n')
     assert info.value.fallback_written is False
-    assert 'may be partial' in str(info.value)
+    assert 'No space left' in str(info.value) and 'previous content was written back' in str(info.value)
+    assert target.read_text() == '# old\nacl m1 port 1\n'           # the last good file, not the fallback
+    assert os.stat(target).st_ino == inode and len(calls) == 2
+
+
+def test_the_fallback_only_when_the_previous_content_cannot_go_back(tmp_path, monkeypatch):
+    target = tmp_path / 'f.conf'
+    target.write_text('# old\n')
+    _failing_writes(monkeypatch, 2)
+    with pytest.raises(_files.InPlaceError) as info:
+        _files.write_in_place(str(target), 'new', fallback='# header\n')
+    assert info.value.fallback_written is True and target.read_text() == '# header\n'
+
+
+@pytest.mark.parametrize('fallback', [None, '# h\n'])
+def test_every_write_failing_is_reported_as_maybe_partial(tmp_path, monkeypatch, fallback):
+    target = tmp_path / 'f.conf'
+    target.write_text('# old\n')
+    _failing_writes(monkeypatch, 3)
+    with pytest.raises(_files.InPlaceError) as info:
+        _files.write_in_place(str(target), 'new', fallback=fallback)
+    assert info.value.fallback_written is False
+    assert 'may be partial' in str(info.value) and 'do not reload' in str(info.value)
+
+
+def test_no_room_for_the_new_content_refuses_before_the_file_is_touched(tmp_path, monkeypatch):
+    target = tmp_path / 'f.conf'
+    target.write_text('# old\n')
+    monkeypatch.setattr(_files, '_no_room_for', lambda path, size: OSError(28, 'No space left on device'))
+    calls = _failing_writes(monkeypatch, 0)
+    with pytest.raises(_files.InPlaceError) as info:
+        _files.write_in_place(str(target), '# a longer content than before\n')
+    assert 'before it was touched' in str(info.value) and 'still holds its previous content' in str(info.value)
+    assert target.read_text() == '# old\n' and calls == []
+    assert sorted(os.listdir(str(tmp_path))) == ['f.conf']
+
+
+def test_the_probe_leaves_nothing_behind(tmp_path):
+    target = tmp_path / 'f.conf'
+    target.write_text('x')
+    assert _files._no_room_for(str(target), 200000) is None
+    assert os.listdir(str(tmp_path)) == ['f.conf']
+
+
+@pytest.mark.parametrize('err, euid, words', [
+    (30, 0, 'mounted read-only'),
+    (30, 1000, 'mounted read-only'),
+    (13, 1000, 'become: true'),
+    (1, 0, 'lsattr'),
+])
+def test_why_a_file_cannot_be_opened(monkeypatch, err, euid, words):
+    monkeypatch.setattr(os, 'geteuid', lambda: euid)
+    text = _files._cannot_open('/d/model-endpoints.conf', OSError(err, os.strerror(err)))
+    assert words in text and '/d/model-endpoints.conf' in text and 'Nothing was written' in text
+    if err == 30 or euid == 0:
+        assert 'become' not in text

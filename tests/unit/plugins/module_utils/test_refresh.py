@@ -310,3 +310,43 @@ def test_two_mount_proxy_with_new_rules_already_in_the_folder(refresh, replace, 
 def test_unknown_state_is_a_bug():
     with pytest.raises(ValueError):
         _refresh.decide('restarting', False, True, True)
+
+
+def test_a_backup_that_cannot_be_written_whole_is_not_left(folder, monkeypatch):
+    real_fdopen = os.fdopen
+
+    class _Full(object):
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            self.handle.write(data[:3])
+            self.handle.flush()
+            raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(os, 'fdopen', lambda fd, mode='r': _Full(real_fdopen(fd, mode)))
+    with pytest.raises(_refresh.RefreshError) as caught:
+        _refresh.refresh(str(folder), now=NOW)
+    text = str(caught.value)
+    assert 'No space left' in text and 'partial backup was removed' in text and 'was not touched' in text
+    assert listing(folder) == ['egress-proxy.conf']
+    assert (folder / 'deploy' / 'egress-proxy.conf').read_text() == OLD_RULES
+
+
+def test_a_failed_rules_write_takes_its_backup_away_again(folder, monkeypatch):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
+
+    def full(path, content, like=None):
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(_files, 'write_atomic', full)
+    with pytest.raises(_refresh.RefreshError) as caught:
+        _refresh.refresh(str(folder), now=NOW)
+    assert 'The file is unchanged' in str(caught.value) and 'removed again' in str(caught.value)
+    assert listing(folder) == ['egress-proxy.conf']
