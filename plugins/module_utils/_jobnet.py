@@ -53,7 +53,7 @@ The contracts (each function's docstring has the details):
   now; read-only, nothing is reserved.
 * :func:`sweep` / :func:`sweep_lines`: collect the job networks a dead
   worker left behind (and the proxy shards left empty), and report it.
-* :func:`proxy_family` ``(client, proxy_name)``: the proxy and its shards,
+* :func:`proxy_family` ``(client, proxy_name=PROXY_NAME)``: the proxy and its shards,
   each with its state and the job networks it carries.
 * :func:`lazy_client`, :func:`inspect_job_network`, :func:`read_host_routes`,
   :func:`pool_capacity`, :func:`parse_pool`, and the naming helpers
@@ -110,10 +110,10 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_pool im
     pool_capacity,
     read_host_routes,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._shards import (
     DEFAULT_BOUND as DEFAULT_SHARD_BOUND,
     ShardError,
-    members as proxy_family,
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_preflight import (
     ADMIT,
@@ -125,6 +125,15 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_preflig
     lazy_client,
     preflight,
 )
+
+def proxy_family(client, proxy_name=PROXY_NAME):
+    """The proxy (index 0, when it exists) and its shards by index, as ``Member`` objects.
+
+    Read-only: one container inspect and one container listing. Raises EngineError /
+    EngineUnavailable.
+    """
+    return _shards.members(client, proxy_name)
+
 
 # MAJOR.MINOR of the names in __all__ (docs/job-network-api.md, "Versioning"). MINOR grows for
 # additions an existing caller cannot notice (a new name, a new keyword argument whose default keeps

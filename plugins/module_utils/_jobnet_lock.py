@@ -191,8 +191,9 @@ def held(client, memo=None, wait=LOCK_WAIT, directory=None, clock=time.monotonic
     """Hold the daemon's job-network lock for the ``with`` block; yields a :class:`Held`.
 
     ``memo`` (``_jobnet_engine.client_memo``) learns the generation; when it was behind, what it
-    remembers of the daemon is dropped first, so the block reads the daemon again. Raises LockTimeout (retryable) after ``wait``
-    seconds, EngineError when the lock file cannot be used. Threads of one process take it in turn.
+    remembers of the daemon is dropped first, so the block reads the daemon again. Raises
+    LockTimeout (retryable) after ``wait`` seconds, EngineError when the lock file cannot be used.
+    Threads of one process take it in turn.
     """
     path = lock_path(daemon_key(client), directory)
     with _THREAD_LOCK:

@@ -223,7 +223,7 @@ def test_rules_squid_refuses_are_rolled_back(world):
     assert rc != 0
     assert 'did not become healthy' in out, out[-4000:]
     assert 'ROLLBACK: old rules restored from %s' % world.rules in out, out[-4000:]
-    assert 'back in its old shape (two mounts)' in out, out[-4000:]
+    assert 'back in its old shape (2 mounts, without model-endpoints.conf)' in out, out[-4000:]
     assert 'rolled back: localhost' in out
     # old rules back, the backup kept with them, the old shape running and healthy on them
     assert world.read_rules() == world.old_rules
