@@ -55,7 +55,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_proxy i
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_squid import (
     SQUID_CANDIDATE_TIMEOUT, SquidMixin)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_shards import (
-    ShardsMixin, probed_shards, shard_notrun_lines)
+    ShardsMixin, probed_shards, shard_notrun_lines, shards_serving_line)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_sweep import SweepMixin
 
 DEFAULT_PROVIDER_HOST = 'api.anthropic.com'
@@ -176,16 +176,20 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
         self._endpoints_error = None
 
     # --- canary --------------------------------------------------------------------------------
-    def canary(self, shards=()):
+    def canary(self, shards=(), through_proxy=True):
         """Create the throwaway networks, run every probe concurrently, tear down (always).
 
         The probes run through the proxy on ``pi-dispatch-egress-doctor-<pid>`` and, for each
         running shard in ``shards`` (``_shards.Member``), on ``...-shard-<n>`` with that shard
-        attached under the proxy's name. Returns (canary lines, endpoint lines, isolation lines).
+        attached under the proxy's name. ``through_proxy`` False (the proxy is down while shards
+        still serve their jobs): only the shards' lanes run, and the proxy's own probes and the
+        isolation check are said not to have run. Returns (canary lines, endpoint lines, isolation
+        lines).
         """
         net = network_name(self.pid)
         jobs = self._endpoint_jobs()
         shards = probed_shards(shards)
+        proxy_down = 'the proxy is not running'
 
         def unprobed(why):
             return [endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why)
@@ -211,15 +215,21 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
         iso_out = []
         lanes = []
         try:
-            if self.isolation_enabled:
+            if self.isolation_enabled and through_proxy:
                 iso_thread = threading.Thread(target=lambda: iso_out.extend(self.isolation()))
                 iso_thread.daemon = True
                 iso_thread.start()
             lanes, join_lanes = self.setup_lanes(shards)
             try:
-                self.client.api.create_network(net, driver='bridge', internal=True, labels={LABEL: str(self.pid)})
-                created = True
-                self.client.api.connect_container_to_network(self.proxy, net)
+                if not through_proxy:
+                    base_ok = False
+                    lines.extend(notrun_line(probe, proxy_down) for probe in PROBES)
+                    endpoint_lines = unprobed(proxy_down)
+                else:
+                    self.client.api.create_network(net, driver='bridge', internal=True,
+                                                   labels={LABEL: str(self.pid)})
+                    created = True
+                    self.client.api.connect_container_to_network(self.proxy, net)
             except Exception as exc:
                 why = '%s %s: %s' % ('attaching the proxy to' if created else 'creating', net, dc.api_message(exc))
                 lines.append(Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no '
@@ -263,6 +273,8 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
                                                          'Job-to-job isolation was not checked (it did not finish)')]
             elif not self.isolation_enabled:
                 isolation_lines = self._isolation_skipped('doctor_isolation is false')
+            else:
+                isolation_lines = self._isolation_skipped(proxy_down)
             lines.extend(self.teardown(net, created, [(lane.net, lane.name) for lane in lanes]))
         return lines, endpoint_lines, isolation_lines
 
@@ -292,6 +304,13 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
                                             'Egress proxy squid: the package version inside %s could not be read '
                                             '(the check did not finish)' % self.proxy,
                                             fix='docker exec %s dpkg-query -W squid' % self.proxy)])
+            lines.extend(canary)
+            lines.extend(endpoint_lines)
+        elif probed_shards(family):
+            # The proxy is down, its shards are not: their jobs still have egress, so the checks that
+            # prove the policy run through them (new jobs are refused until the proxy runs again).
+            lines.append(shards_serving_line(self.proxy, probed_shards(family)))
+            canary, endpoint_lines, isolation_lines = self.canary(family, through_proxy=False)
             lines.extend(canary)
             lines.extend(endpoint_lines)
         else:

@@ -35,13 +35,17 @@ GROUPS = (
 # may differ from the shape's usual one only where noted in the docs.
 LINES = [
     ('proxy.running', 'proxy', 'ok', 'Egress proxy running (<proxy>)'),
-    ('proxy.missing', 'proxy', 'fail', 'Egress proxy missing: there is no container <proxy>, so every job is refused'),
-    ('proxy.stopped', 'proxy', 'fail', 'Egress proxy stopped (<proxy> is <state>), so every job is refused'),
+    ('proxy.missing', 'proxy', 'fail',
+     'Egress proxy missing: there is no container <proxy>, so every new job is refused'),
+    ('proxy.stopped', 'proxy', 'fail', 'Egress proxy stopped (<proxy> is <state>), so every new job is refused'),
     ('proxy.health', 'proxy', 'ok', 'Egress proxy health: <health>'),
     # Proxy shards (_doctor_shards.py): only when the proxy has shards.
     ('proxy.shards', 'proxy', 'ok', 'Egress proxy family of <count>, with state, health and job networks: <members>'),
     ('proxy.shard_stopped', 'proxy', 'fail', 'Egress proxy shard stopped (<shard> is <state>): <what>'),
     ('proxy.shard_health', 'proxy', 'warn', 'Egress proxy shard health: <shard> is <health>'),
+    ('proxy.shards_serving', 'proxy', 'warn',
+     'Egress proxy down, shards serving: <count> job networks on <shards> still have egress through them; new jobs '
+     'are refused until <proxy> runs again, and the checks below ran through the shards'),
     ('proxy.shards_unread', 'proxy', 'warn',
      'Egress proxy shards could not be listed (<why>), so the canary ran through the proxy only'),
     ('proxy.rules', 'proxy', 'ok', "Egress proxy rules: <rules> matches the collection's copy (<packaged>)"),

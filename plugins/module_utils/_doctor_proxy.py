@@ -178,13 +178,13 @@ def proxy_lines(proxy, attrs):
     """Running and health lines from the proxy's inspect (None: no such container)."""
     if attrs is None:
         return [Line('proxy.missing', 'fail',
-                     'Egress proxy missing: there is no container %s, so every job is refused' % proxy,
+                     'Egress proxy missing: there is no container %s, so every new job is refused' % proxy,
                      fix='ansible-playbook pi_dispatch.egress.site')]
     state = attrs.get('State') or {}
     if not state.get('Running') or state.get('Paused'):
         status = 'paused' if state.get('Paused') else (state.get('Status') or 'not running')
         return [Line('proxy.stopped', 'fail',
-                     'Egress proxy stopped (%s is %s), so every job is refused' % (proxy, status),
+                     'Egress proxy stopped (%s is %s), so every new job is refused' % (proxy, status),
                      fix=('docker unpause %s' if state.get('Paused') else 'docker start %s') % proxy)]
     lines = [Line('proxy.running', 'ok', 'Egress proxy running (%s)' % proxy)]
     health = (state.get('Health') or {}).get('Status')

@@ -104,6 +104,18 @@ def shard_line(shard):
                     'check included: recreate the proxy with ansible-playbook pi_dispatch.egress.site)' % name)
 
 
+def shards_serving_line(proxy, serving):
+    """The proxy is down while ``serving`` (running shards) still carry jobs: what that means. Pure."""
+    jobs = sum(m.load for m in serving)
+    return Line('proxy.shards_serving', 'warn',
+                'Egress proxy down, shards serving: %s on %s still %s egress through %s; new jobs are refused until '
+                '%s runs again, and the checks below ran through the %s'
+                % (_plural(jobs, 'job network'), ', '.join(m.name for m in serving), 'has' if jobs == 1 else 'have',
+                   'it' if len(serving) == 1 else 'them', proxy, 'shard' if len(serving) == 1 else 'shards'),
+                fix='docker start %s (ansible-playbook pi_dispatch.egress.site); the shards follow the proxy, so '
+                    'do not remove them while their jobs run' % proxy)
+
+
 def shards_unread_line(proxy, why):
     return Line('proxy.shards_unread', 'warn',
                 'Egress proxy shards could not be listed (%s), so the canary ran through the proxy only' % why,

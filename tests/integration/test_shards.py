@@ -240,6 +240,40 @@ def test_a_stopped_shard_is_a_failed_doctor_line(sharded, tmp_path):
     assert not [i for i in by_id if i.startswith('canary.shard_')]
 
 
+def test_a_stopped_proxy_with_a_serving_shard_is_checked_through_the_shard(sharded, tmp_path):
+    """Issue 24: the proxy down, its shard up: the shard's job keeps egress, so the doctor says so and
+    proves the policy through the shard instead of skipping every check."""
+    from test_doctor import run_doctor
+    import time
+    client, proxy, shard = sharded['client'], sharded['proxy'], sharded['shard']
+    on_shard = sharded['containers'][2]
+    client.api.stop(proxy, timeout=10)
+    try:
+        rc, out, by_id, lines = run_doctor(sharded['env'], tmp_path, 'proxy-stopped-shard-serving',
+                                           doctor_isolation=False)
+        assert rc != 0, out[-4000:]
+        assert by_id['proxy.stopped']['status'] == 'fail'
+        assert 'every new job is refused' in by_id['proxy.stopped']['message']
+        serving = by_id['proxy.shards_serving']
+        assert serving['status'] == 'warn' and '1 job network on %s still has egress' % shard in serving['message']
+        for line_id in ('canary.shard_provider', 'canary.shard_deny', 'canary.shard_plain'):
+            assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
+            assert 'through %s' % shard in by_id[line_id]['message']
+        base = [line for line in lines if line['id'] == 'canary.notrun']
+        assert base and all('the proxy is not running' in line['message'] for line in base), lines
+        assert not [line for line in lines if line['id'] in ('canary.provider', 'canary.deny', 'canary.plain')]
+        # and what the line says is true: the job on the shard still reaches the provider, and only it
+        assert _curl(on_shard, proxy, 'https://api.provider.test/v1/messages') == (0, 200, 401)
+        assert _curl(on_shard, proxy, 'https://denied.test/')[1] == 403
+        assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
+    finally:
+        client.api.start(proxy)
+        deadline = time.monotonic() + 60
+        while not _health_test_passes(client, proxy) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    assert _curl(sharded['containers'][0], proxy, 'https://api.provider.test/v1/messages') == (0, 200, 401)
+
+
 def test_a_replaced_proxy_replaces_its_shard_only_with_consent_and_the_shard_keeps_its_jobs(sharded):
     client, proxy, shard, env = sharded['client'], sharded['proxy'], sharded['shard'], sharded['env']
     shard_id = client.api.inspect_container(shard)['Id']

@@ -616,3 +616,18 @@ def test_isolation_finds_the_member_that_carries_each_job_network(monkeypatch, c
     # Peer a dials the address of b's carrier (the proxy or the shard) on the other network.
     assert '10.47.0.17:3128' in scripts['pi-dispatch-egress-probe-peer-a-%d' % OWN]
     assert '10.47.0.9:3128' in scripts['pi-dispatch-egress-probe-peer-b-%d' % OWN]
+
+
+@pytest.mark.parametrize('loads, words', [
+    ([1], '1 job network on p-shard-1 still has egress through it; new jobs are refused until p runs again, '
+          'and the checks below ran through the shard'),
+    ([3, 2], '5 job networks on p-shard-1, p-shard-2 still have egress through them; new jobs are refused until p '
+             'runs again, and the checks below ran through the shards'),
+])
+def test_the_shards_serving_line(loads, words):
+    serving = [Member('p-shard-%d' % (i + 1), i + 1, 'running',
+                      ['pi-job-%d-%d-net' % (i, n) for n in range(load)]) for i, load in enumerate(loads)]
+    line = _doctor_shards.shards_serving_line('p', serving)
+    assert line.id == 'proxy.shards_serving' and line.status == 'warn'
+    assert line.message == 'Egress proxy down, shards serving: ' + words
+    assert line.fix.startswith('docker start p ')
