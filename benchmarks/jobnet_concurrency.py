@@ -97,8 +97,8 @@ def main():
     engine = client.version()
     print('engine: Docker %s (API %s); proxy %s; shard bound %d; %d rounds, levels interleaved'
           % (engine.get('Version'), engine.get('ApiVersion'), args.proxy, args.bound, args.rounds))
-    print('%-10s %6s %8s %10s %10s %9s %9s %14s' % ('creators', 'calls', 'failed', 'p50 ms', 'p90 ms',
-                                                   'p50 x1', 'p90 x1', 'slowest ms'))
+    header = ('creators', 'calls', 'failed', 'p50 ms', 'p90 ms', 'p50 x1', 'p90 x1', 'slowest ms')
+    print('%-10s %6s %8s %10s %10s %9s %9s %14s' % header)
     base50, base90 = pct(seconds[levels[0]], 0.5), pct(seconds[levels[0]], 0.9)
     for n in levels:
         p50, p90 = pct(seconds[n], 0.5), pct(seconds[n], 0.9)

@@ -126,6 +126,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_preflig
     preflight,
 )
 
+
 def proxy_family(client, proxy_name=PROXY_NAME):
     """The proxy (index 0, when it exists) and its shards by index, as ``Member`` objects.
 
