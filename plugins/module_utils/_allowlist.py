@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import re
 import traceback
 
@@ -197,16 +198,84 @@ def host_opening_entry(entry):
     return False
 
 
-def _covered_by(entry, other):
-    """True when the wildcard ``other`` (leading dot) already matches ``entry``."""
-    if not other.startswith('.') or entry == other:
-        return False
-    bare = entry[1:] if entry.startswith('.') else entry
-    return bare == other[1:] or bare.endswith(other)
+# Names of cloud metadata services: they serve the machine's own credentials, and the guard refuses
+# the addresses they resolve to (169.254.169.254, fd00:ec2::254, 100.100.100.200), so a listed one
+# is at best a request that always fails and at worst a mistake worth knowing about.
+METADATA_NAMES = (
+    'metadata.google.internal',     # Google Cloud
+    'metadata.goog',                # Google Cloud
+    'instance-data.ec2.internal',   # AWS
+    'metadata.tencentyun.com',      # Tencent Cloud
+)
+METADATA_FIX = 'remove the line: a job never needs the cloud metadata service, and the guard refuses it anyway'
 
 
-def parse(text, path='egress-allowlist.conf'):
-    """Parse and validate allowlist text; return an :class:`Allowlist`."""
+def metadata_name(entry):
+    """The metadata service name ``entry`` (a valid entry, lower case) admits, else None."""
+    for name in METADATA_NAMES:
+        if entry == name or (entry.startswith('.') and (name == entry[1:] or name.endswith(entry))):
+            return name
+    return None
+
+
+def guard_problem(address, opened=None):
+    """(reason, fix) when the destination guard refuses every request to the IPv4 literal ``address``.
+
+    ``opened``: the ranges egress_private_destinations opens (None: unknown, judged as none opened,
+    and the fix says how to open one). A never-openable range (loopback, link-local, metadata, the
+    job pool, ...) gets a fix that says so.
+    """
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard  # pylint: disable=import-outside-toplevel
+    addr = ipaddress.ip_address(address)
+    for net, why in _guard.NEVER_OPEN + ((_guard.DEFAULT_POOL, 'the job-network pool: other jobs'),):
+        net = ipaddress.ip_network(net)
+        if net.version == addr.version and addr in net:
+            return ('is an address the destination guard always refuses (%s, %s): every request to it is refused'
+                    % (net, why), 'remove the line; no setting opens %s' % net)
+    opened_nets = []
+    for item in opened or []:
+        try:
+            opened_nets.append(ipaddress.ip_network(str(item), strict=False))
+        except ValueError:
+            continue  # the guard's own validation names it
+    for net in _guard.NONPUBLIC_V4:
+        net = ipaddress.ip_network(net)
+        if addr in net and not any(o.version == 4 and addr in o for o in opened_nets):
+            return ('is in the non-public range %s, which the destination guard refuses: every request to it is '
+                    'refused' % net,
+                    'open that range with egress_private_destinations (only a range you mean jobs to reach), or '
+                    'declare the server as a model endpoint, or remove the line')
+    return None
+
+
+def _covering_wildcards(result):
+    """entry -> (line, wildcard) of the first line (in file order) whose leading-dot entry covers it."""
+    wildcards = {}
+    for lineno, entry in result.entries:
+        if entry.startswith('.') and entry not in wildcards:
+            wildcards[entry] = lineno
+    covered = {}
+    for lineno, entry in result.entries:
+        labels = entry.lstrip('.').split('.')
+        best = None
+        for i in range(len(labels)):
+            candidate = '.' + '.'.join(labels[i:])
+            if candidate == entry:
+                continue
+            other_line = wildcards.get(candidate)
+            if other_line is not None and (best is None or other_line < best[0]):
+                best = (other_line, candidate)
+        if best is not None:
+            covered[lineno] = best
+    return covered
+
+
+def parse(text, path='egress-allowlist.conf', opened=None):
+    """Parse and validate allowlist text; return an :class:`Allowlist`.
+
+    ``opened``: the ranges egress_private_destinations opens, for the warning on a listed IPv4
+    literal the destination guard refuses (None: none opened). Linear in the number of lines.
+    """
     result = Allowlist(path)
     if text.startswith('\ufeff'):
         result.errors.append(AllowlistProblem(path, 1, '\ufeff', 'starts with a byte order mark',
@@ -264,15 +333,25 @@ def parse(text, path='egress-allowlist.conf'):
                 "opens this host's ports 443 and 80 to every job (host.docker.internal / "
                 "host.containers.internal)",
                 'remove the line and declare the model server in model-endpoints.json instead'))
+        metadata = metadata_name(entry)
+        if metadata:
+            result.warnings.append(AllowlistProblem(
+                path, lineno, entry, 'names a cloud metadata service (%s), which serves the machine\'s own '
+                                     'credentials; the destination guard refuses its address' % metadata,
+                METADATA_FIX))
+        if _hostnames.is_ipv4(entry):
+            problem = guard_problem(entry, opened)
+            if problem:
+                result.warnings.append(AllowlistProblem(path, lineno, entry, problem[0], problem[1]))
         result.entries.append((lineno, entry))
     # squid warns and drops an entry another wildcard entry already covers.
+    covered = _covering_wildcards(result)
     for lineno, entry in result.entries:
-        for other_line, other in result.entries:
-            if _covered_by(entry, other):
-                result.warnings.append(AllowlistProblem(
-                    path, lineno, entry, 'is already covered by %s on line %d' % (other, other_line),
-                    'remove one of the two lines (squid ignores the narrower one)'))
-                break
+        if lineno in covered:
+            other_line, other = covered[lineno]
+            result.warnings.append(AllowlistProblem(
+                path, lineno, entry, 'is already covered by %s on line %d' % (other, other_line),
+                'remove one of the two lines (squid ignores the narrower one)'))
     return result
 
 

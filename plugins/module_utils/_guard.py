@@ -37,7 +37,7 @@ __metaclass__ = type
 
 import ipaddress
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet import DEFAULT_POOL
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet_pool import DEFAULT_POOL
 
 GUARD_NAME = 'egress-guard.conf'
 GUARD_ACL = 'pi_guard'

@@ -29,6 +29,14 @@ description:
   - Entries that open the proxy's own host (C(host.docker.internal),
     C(host.containers.internal), or a domain such as C(.docker.internal) that
     covers them) are warnings naming the line; declare a model endpoint instead.
+  - An IPv4 literal that the destination guard refuses (loopback, link-local, the
+    cloud metadata addresses, the job-network pool, or a non-public range that
+    O(private_destinations) does not open) and a cloud metadata service name
+    (C(metadata.google.internal), C(metadata.goog), C(instance-data.ec2.internal),
+    C(metadata.tencentyun.com), or a domain covering one) are warnings naming the
+    line and the fix, since every request to them is refused.
+  - Linear in the size of the file (100,000 entries in a few seconds;
+    C(benchmarks/allowlist.py)).
 author:
   - pi-dispatch egress team (@pi-dispatch)
 attributes:
@@ -47,6 +55,16 @@ options:
     description: Fail on warnings too.
     type: bool
     default: false
+  private_destinations:
+    description:
+      - The private ranges the destination guard opens (the proxy role's
+        C(egress_private_destinations)), so that a listed address inside one is
+        not warned about. A value that is not a CIDR is ignored here (the guard's
+        own task refuses it).
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
 requirements:
   - publicsuffixlist (Python package, on the target; C(pip install publicsuffixlist)).
     Without it the module fails and the allowlist is refused, never accepted unchecked.
@@ -86,6 +104,7 @@ def main():
         argument_spec=dict(
             path=dict(type='path', required=True),
             warnings_fatal=dict(type='bool', default=False),
+            private_destinations=dict(type='list', elements='str', default=[]),
         ),
         supports_check_mode=True,
     )
@@ -112,7 +131,7 @@ def main():
         module.fail_json(msg='%s is not UTF-8 text (%s); save it as plain ASCII/UTF-8.' % (path, exc), problems=[])
     except OSError as exc:
         module.fail_json(msg='Reading %s failed: %s' % (path, exc), problems=[])
-    result = _allowlist.parse(text, path)
+    result = _allowlist.parse(text, path, opened=module.params['private_destinations'])
     problems = [dict(p.as_dict(), severity='error') for p in result.errors]
     problems += [dict(p.as_dict(), severity='warning') for p in result.warnings]
     for warning in result.warnings:

@@ -343,3 +343,73 @@ def test_module_fails_with_missing_required_lib_when_the_package_is_absent(witho
     assert 'Failed to import the required Python library (publicsuffixlist)' in failed['msg']
     assert 'keeps its last good file' in failed['msg']
     assert failed['exception'] and failed['problems'] == []
+
+
+# ---------------------------------------------------------------- what the destination guard refuses (issue 25)
+
+@pytest.mark.parametrize('entry, opened, words, fix', [
+    ('127.0.0.1', None, 'always refuses (127.0.0.0/8', 'no setting opens 127.0.0.0/8'),
+    ('169.254.169.254', None, 'always refuses (169.254.0.0/16', 'no setting opens'),
+    ('0.0.0.0', None, 'always refuses (0.0.0.0/8', 'no setting opens'),
+    ('100.100.100.200', None, 'always refuses (100.100.100.200/32', 'no setting opens'),
+    ('10.47.0.9', ['10.0.0.0/8'], 'always refuses (10.47.0.0/16, the job-network pool', 'no setting opens'),
+    ('10.1.2.3', None, 'non-public range 10.0.0.0/8', 'egress_private_destinations'),
+    ('192.168.5.5', ['10.0.0.0/8'], 'non-public range 192.168.0.0/16', 'egress_private_destinations'),
+    ('100.64.1.1', [], 'non-public range 100.64.0.0/10', 'model endpoint'),
+])
+def test_a_listed_address_the_guard_refuses_is_warned(entry, opened, words, fix):
+    result = _allowlist.parse('api.anthropic.com\n%s\n' % entry, path='/d/egress-allowlist.conf', opened=opened)
+    assert result.ok and result.hosts() == ['api.anthropic.com', entry]
+    [warning] = result.warnings
+    assert warning.lineno == 2 and words in warning.reason and fix in warning.fix, str(warning)
+    assert str(warning).startswith('/d/egress-allowlist.conf:2:')
+
+
+@pytest.mark.parametrize('entry, opened', [
+    ('10.1.2.3', ['10.1.0.0/16']),          # opened by the operator
+    ('10.1.2.3', ['not a cidr', '10.0.0.0/8']),
+    ('8.8.8.8', None),                      # public
+    ('93.184.216.34', []),
+])
+def test_a_listed_address_the_guard_lets_through_is_not_warned(entry, opened):
+    result = _allowlist.parse(entry + '\n', opened=opened)
+    assert result.ok and result.warnings == []
+
+
+@pytest.mark.parametrize('entry, name', [
+    ('metadata.google.internal', 'metadata.google.internal'),
+    ('METADATA.GOOGLE.INTERNAL', 'metadata.google.internal'),
+    ('.google.internal', 'metadata.google.internal'),
+    ('metadata.goog', 'metadata.goog'),
+    ('instance-data.ec2.internal', 'instance-data.ec2.internal'),
+    ('.ec2.internal', 'instance-data.ec2.internal'),
+    ('metadata.tencentyun.com', 'metadata.tencentyun.com'),
+])
+def test_a_cloud_metadata_name_is_warned(entry, name):
+    result = _allowlist.parse(entry + '\n')
+    assert result.ok
+    [warning] = result.warnings
+    assert 'cloud metadata service (%s)' % name in warning.reason and warning.fix == _allowlist.METADATA_FIX
+
+
+@pytest.mark.parametrize('entry', ['metadata.example.com', 'google.internal.example', 'goog.example'])
+def test_metadata_lookalikes_are_not_warned(entry):
+    result = _allowlist.parse(entry + '\n')
+    assert result.ok and result.warnings == []
+
+
+def test_the_first_covering_wildcard_in_file_order_is_named():
+    text = 'a.b.example.com\n.example.com\n.b.example.com\nx.b.example.com\n'
+    result = _allowlist.parse(text)
+    covered = sorted((w.lineno, w.reason) for w in result.warnings)
+    assert covered == [(1, 'is already covered by .example.com on line 2'),
+                       (3, 'is already covered by .example.com on line 2'),
+                       (4, 'is already covered by .example.com on line 2')]
+
+
+def test_coverage_in_a_large_file():
+    """The coverage check walks each entry's parents (its speed: benchmarks/allowlist.py)."""
+    lines = ['.d%d.example.com' % i for i in range(20000)] + ['h.d%d.example.com' % i for i in range(0, 20000, 1000)]
+    result = _allowlist.parse('\n'.join(lines) + '\n')
+    covered = sorted(w.lineno for w in result.warnings if 'covered by' in w.reason)
+    assert result.ok and covered == list(range(20001, 20021))
