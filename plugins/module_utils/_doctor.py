@@ -110,7 +110,9 @@ class DoctorOptions(object):
     (default: ``os.environ``) is read for DOCKER_HOST. ``isolation``,
     ``squid_candidate`` and ``sweep`` switch off the isolation check, the
     mirror check and the sweep of earlier runs' leftovers; ``firewall`` is
-    ``_doctor_firewall``'s options dict (None: its defaults).
+    ``_doctor_firewall``'s options dict (None: its defaults). ``fallback_probe_image``: the image the
+    probes run when ``probe_image`` is not on the daemon (the collection's own probe image, built
+    locally by the doctor role), said in the ``canary.probe_image`` line.
     """
 
     def __init__(self, proxy, deploy_dir, probe_image, provider_host=DEFAULT_PROVIDER_HOST,
@@ -118,8 +120,9 @@ class DoctorOptions(object):
                  start_grace=DEFAULT_PROBE_START_GRACE, docker_host=None, check_mode=False, pid=None,
                  environ=None, endpoint_timeout=DEFAULT_ENDPOINT_TIMEOUT, models_json=None, isolation=True,
                  job_pool=_jobnet.DEFAULT_POOL, job_prefix=_jobnet.DEFAULT_PREFIX, squid_candidate=True,
-                 sweep=True, firewall=None):
+                 sweep=True, firewall=None, fallback_probe_image=None):
         self.proxy = proxy
+        self.fallback_probe_image = fallback_probe_image
         self.deploy_dir = deploy_dir
         self.probe_image = probe_image
         self.provider_host = provider_host
@@ -151,6 +154,7 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
         self.proxy = options.proxy
         self.deploy_dir = options.deploy_dir
         self.probe_image = options.probe_image
+        self.fallback_probe_image = options.fallback_probe_image
         self.provider_host = options.provider_host
         self.deny_host = options.deny_host
         self.listed_host = options.listed_host or options.provider_host
@@ -279,9 +283,33 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
         return lines, endpoint_lines, isolation_lines
 
     # --- everything ------------------------------------------------------------------------------
+    def choose_probe_image(self):
+        """Run the probes from the fallback image when the probe image is missing and it is there.
+
+        Returns the ``canary.probe_image`` line that says so, or None (the probe image is there, or
+        neither is: the canary then says the probe image is missing, as before).
+        """
+        if not self.fallback_probe_image or self.fallback_probe_image == self.probe_image:
+            return None
+        if dc.get_image(self.client, self.probe_image) is not None:
+            return None
+        if dc.get_image(self.client, self.fallback_probe_image) is None:
+            return None
+        wanted, self.probe_image = self.probe_image, self.fallback_probe_image
+        return Line('canary.probe_image', 'ok',
+                    "Egress canary probes ran from %s, the collection's probe image, because %s is not on this "
+                    "daemon: they prove the proxy, not the job image's own client stack" % (self.probe_image, wanted),
+                    fix='build the job image (or set doctor_probe_image to it) to prove its clients too')
+
     def run(self):
         started = time.monotonic()
         lines = []
+        try:
+            image_line = self.choose_probe_image()
+        except dc.EngineError:
+            image_line = None  # the canary reads the image again and says what failed
+        if image_line is not None:
+            lines.append(image_line)
         attrs = self.proxy_attrs()
         lines.extend(proxy_lines(self.proxy, attrs))
         family, family_out = self.proxy_family()

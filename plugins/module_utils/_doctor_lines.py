@@ -84,6 +84,9 @@ LINES = [
     ('proxy.squid_mirror_unread', 'proxy', 'notrun',
      "Egress proxy squid: could not read the mirror's version (<why>), so whether <version> is current was not "
      "checked"),
+    ('canary.probe_image', 'canary', 'ok',
+     "Egress canary probes ran from <fallback>, the collection's probe image, because <image> is not on this daemon: "
+     "they prove the proxy, not the job image's own client stack"),
     ('canary.provider', 'canary', 'ok',
      'Egress policy reaches the provider (<provider> answered <code>, so the whole path works and no key was spent)'),
     ('canary.provider_unreached', 'canary', 'warn', 'Egress policy does not reach the provider (<provider>: <what>)'),

@@ -70,6 +70,14 @@ options:
       - Image the probe containers run, built like a job image (not the proxy image). It needs C(sh) and C(curl).
     type: str
     required: true
+  fallback_probe_image:
+    description:
+      - The image the probes run when I(probe_image) is not on the daemon (the doctor role builds the
+        collection's own probe image for this, Debian with sh and curl). The report then carries the
+        line C(canary.probe_image), which says that the probes prove the proxy, not the job image's
+        own client stack. Unset, a missing I(probe_image) means no probe runs, as before.
+    type: str
+    version_added: 0.2.0
   provider_host:
     description:
       - The provider the canary must reach (unauthenticated, so nothing is spent). A real public host by default;
@@ -210,6 +218,7 @@ def main():
         proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
         deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         probe_image=dict(type='str', required=True),
+        fallback_probe_image=dict(type='str'),
         provider_host=dict(type='str', default=_doctor.DEFAULT_PROVIDER_HOST),
         deny_host=dict(type='str', default=_doctor.DEFAULT_DENY_HOST),
         listed_host=dict(type='str'),
@@ -247,7 +256,8 @@ def main():
         start_grace=p['probe_start_grace'], docker_host=p['docker_host'], check_mode=module.check_mode,
         endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
         job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
-        firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']))
+        firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
+        fallback_probe_image=p['fallback_probe_image'])
     doctor = _doctor.Doctor(client, options)
     try:
         lines = doctor.run()

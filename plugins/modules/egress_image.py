@@ -81,6 +81,13 @@ options:
       - An empty string leaves the security suite out; the result then carries a warning.
       - Used only when the Containerfile declares C(ARG SECURITY_MIRROR).
     type: str
+  unless_present:
+    description:
+      - An image name. When that image is on the daemon, nothing is built or checked and the result says
+        so (C(present_instead)); the doctor role builds its own probe image only when the job image is
+        missing.
+    type: str
+    version_added: 0.2.0
   refresh:
     description:
       - Rebuild without the layer cache even when the build hash matches, so C(apt-get) fetches current
@@ -104,9 +111,14 @@ EXAMPLES = r'''
 
 RETURN = r'''
 id:
-  description: Id of the image (in check mode, of the existing image or null).
+  description: Id of the image (in check mode, of the existing image or null; null when I(unless_present) is there).
   returned: always
   type: str
+present_instead:
+  description: The I(unless_present) image, found on the daemon, so nothing was built.
+  returned: when I(unless_present) is on the daemon
+  type: str
+  sample: pi-dispatch-job:latest
 squid_version:
   description: The squid version found in the image.
   returned: when I(squid=true) and the image exists
@@ -166,6 +178,7 @@ def main():
         squid=dict(type='bool', default=True),
         security_mirror=dict(type='str'),
         refresh=dict(type='bool', default=False),
+        unless_present=dict(type='str'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -182,6 +195,9 @@ def main():
                         'security archive the build can reach, e.g. %s.' % (p['name'], _image.DEFAULT_SECURITY_MIRROR))
     client = dc.module_client(module, result)
     try:
+        if p['unless_present'] and dc.get_image(client, p['unless_present']) is not None:
+            result['present_instead'] = p['unless_present']
+            module.exit_json(**result)
         base = dc.get_image(client, p['base_image'])
         if base is None:
             if p['base_build'] != 'debootstrap':

@@ -405,3 +405,29 @@ def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
     # It cleaned up after itself all the same.
     assert not client.api.networks(filters={'name': 'pi-job-doctor-%d-' % doc.pid})
     assert not client.api.containers(all=True, filters={'name': 'pi-dispatch-egress-probe-peer-'})
+
+
+def test_a_fresh_deployment_without_the_job_image_runs_every_canary_line(egress_env, tmp_path):
+    """Issue 25, item 5: the default probe image is the job image, which a host without pi-dispatch's worker
+    does not have. The role builds the collection's probe image (never pulled) and every canary line runs."""
+    client = egress_env.client
+    try:
+        client.images.get('pi-dispatch-job:latest')
+        pytest.skip('this daemon has a pi-dispatch-job:latest image; the fallback is not exercised')
+    except docker.errors.ImageNotFound:
+        pass
+    more = dict(doctor_probe_image='pi-dispatch-job:latest', doctor_probe_fallback_image='pi-dispatch-egress-probe:it')
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'fallback-probe-image', **more)
+    assert rc == 0, out[-4000:]
+    line = by_id['canary.probe_image']
+    assert line['status'] == 'ok' and 'pi-dispatch-egress-probe:it' in line['message'], line
+    assert 'pi-dispatch-job:latest is not on this daemon' in line['message']
+    for line_id in ('canary.provider', 'canary.deny', 'canary.plain', 'isolation.peers'):
+        assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
+    assert not [line for line in lines if line['status'] == 'notrun'
+                and line['id'].split('.')[0] in ('canary', 'endpoints', 'isolation')], lines
+    labels = client.images.get('pi-dispatch-egress-probe:it').labels
+    assert labels.get('org.opencontainers.image.title') == 'pi-dispatch egress doctor probe'
+    # a second run finds the image built and builds nothing
+    rc, out, by_id, _lines = run_doctor(egress_env, tmp_path, 'fallback-probe-image-again', **more)
+    assert rc == 0 and by_id['canary.probe_image']['status'] == 'ok', out[-4000:]
