@@ -11,23 +11,15 @@ size's (1.00 means linear). Asserts nothing; touches no daemon.
 """
 
 import argparse
-import os
-import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import _collection  # noqa: E402  (benchmarks/_collection.py, beside this file)
+
+ROOT = _collection.ROOT
 
 
 def _import():
-    parts = ROOT.split(os.sep)
-    if parts[-3:-1] == ['ansible_collections', 'pi_dispatch']:
-        sys.path.insert(0, os.sep.join(parts[:-3]))
-    else:
-        base = tempfile.mkdtemp(prefix='pi-egress-bench-')
-        os.makedirs(os.path.join(base, 'ansible_collections', 'pi_dispatch'))
-        os.symlink(ROOT, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
-        sys.path.insert(0, base)
+    _collection.expose()
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
     return _allowlist
 
@@ -58,7 +50,7 @@ def main():
     parser.add_argument('--repeat', type=int, default=3)
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(',')]
-    allowlist.parse('warm.example.com\n')   # the Public Suffix List is built once per process
+    allowlist.parse('warm.example.com\n10.0.0.1\n')   # the Public Suffix List and the guard load once
     rows = []
     for size in sizes:
         text = make(size)

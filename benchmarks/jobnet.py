@@ -29,19 +29,13 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import _collection  # noqa: E402  (benchmarks/_collection.py, beside this file)
+
+ROOT = _collection.ROOT
 
 
 def _import_jobnet():
-    parts = ROOT.split(os.sep)
-    if parts[-3:-1] == ['ansible_collections', 'pi_dispatch']:
-        sys.path.insert(0, os.sep.join(parts[:-3]))
-    else:
-        import tempfile
-        base = tempfile.mkdtemp(prefix='pi-egress-bench-')
-        os.makedirs(os.path.join(base, 'ansible_collections', 'pi_dispatch'))
-        os.symlink(ROOT, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
-        sys.path.insert(0, base)
+    _collection.expose()
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_pool
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall_host, _host_check

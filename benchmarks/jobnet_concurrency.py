@@ -21,18 +21,13 @@ import statistics
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import _collection  # noqa: E402  (benchmarks/_collection.py, beside this file)
+
+ROOT = _collection.ROOT
 
 
 def _import():
-    parts = ROOT.split(os.sep)
-    if parts[-3:-1] == ['ansible_collections', 'pi_dispatch']:
-        sys.path.insert(0, os.sep.join(parts[:-3]))
-    else:
-        base = tempfile.mkdtemp(prefix='pi-egress-bench-')
-        os.makedirs(os.path.join(base, 'ansible_collections', 'pi_dispatch'))
-        os.symlink(ROOT, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
-        sys.path.insert(0, base)
+    _collection.expose()
     sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
     import jobnet_worker

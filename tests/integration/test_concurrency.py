@@ -20,6 +20,7 @@ docker = pytest.importorskip('docker')
 
 import jobnet_worker  # noqa: E402
 from conftest import run_playbook  # noqa: E402
+from test_shards import _remove_jobs_and_shards as _cleanup  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards  # noqa: E402
@@ -27,17 +28,6 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards 
 PID = os.getpid()
 CREATORS = 20
 BOUND = 5
-
-
-def _cleanup(client, proxy, jobs):
-    for job in jobs:
-        try:
-            jn.teardown_job_network(client, job, proxy_name=proxy)
-        except jn.EngineError:
-            pass
-    for member in jn.proxy_family(client, proxy):
-        if member.is_shard:
-            client.api.remove_container(member.name, force=True)
 
 
 def _family_loads(client, proxy):
