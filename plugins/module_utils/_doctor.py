@@ -331,7 +331,7 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
             lines.extend(squid_out or [Line('proxy.squid_unread', 'warn',
                                             'Egress proxy squid: the package version inside %s could not be read '
                                             '(the check did not finish)' % self.proxy,
-                                            fix='docker exec %s dpkg-query -W squid' % self.proxy)])
+                                            fix='docker exec %s dpkg-query -W squid-common' % self.proxy)])
             lines.extend(canary)
             lines.extend(endpoint_lines)
         elif probed_shards(family):

@@ -28,16 +28,19 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_probes 
 # --- squid inside the proxy against the mirror: pure ------------------------------------------------
 
 SQUID_CANDIDATE_TIMEOUT = 60  # seconds apt-get update may take in the throwaway container
+# The package whose version is squid's: squid-common comes with both builds of squid (squid, and
+# squid-openssl, which the proxy image installs since rules version 3), at the same version.
+SQUID_VERSION_PACKAGE = 'squid-common'
 SQUID_IMAGE_REFRESH_FIX = ('ansible-playbook pi_dispatch.egress.site -e egress_proxy_image_refresh=true (rebuilds the '
                            'proxy image with the mirror\'s current packages; the proxy then moves onto it)')
 
 
 def candidate_script(timeout=SQUID_CANDIDATE_TIMEOUT):
-    """Shell for the throwaway container: a bounded apt-get update, then apt-cache policy squid."""
+    """Shell for the throwaway container: a bounded apt-get update, then apt-cache policy of squid's version."""
     update = ('timeout %d apt-get update -o Acquire::Retries=0 -o Acquire::http::Timeout=10 '
               '-o Acquire::https::Timeout=10 -o Acquire::ftp::Timeout=10 -o APT::Sandbox::User=root' % int(timeout))
-    return ('%s >/tmp/u 2>&1; echo "%s-apt-rc $?"; cat /tmp/u; echo "%s-policy"; apt-cache policy squid 2>&1'
-            % (update, PROBE_MARK, PROBE_MARK))
+    return ('%s >/tmp/u 2>&1; echo "%s-apt-rc $?"; cat /tmp/u; echo "%s-policy"; apt-cache policy %s 2>&1'
+            % (update, PROBE_MARK, PROBE_MARK, SQUID_VERSION_PACKAGE))
 
 
 def parse_apt_policy(text):
@@ -96,7 +99,8 @@ def parse_candidate_output(text):
         return None, 'apt-get update could not fetch every source: %s' % detail
     parsed = parse_apt_policy(policy)
     if parsed is None or parsed['candidate'] is None:
-        return None, 'the mirror offers no squid package (apt-cache policy squid names no candidate)'
+        return None, ('the mirror offers no squid package (apt-cache policy %s names no candidate)'
+                      % SQUID_VERSION_PACKAGE)
     if not parsed['candidate_from_mirror']:
         return None, ('apt-get update fetched no package list, so apt only knows the installed version (%s)'
                       % parsed['candidate'])
@@ -115,7 +119,7 @@ def squid_lines(proxy, installed, installed_why, candidate, candidate_why):
         lines.append(Line('proxy.squid_unread', 'warn',
                           'Egress proxy squid: the package version inside %s could not be read (%s)'
                           % (proxy, installed_why or 'no answer'),
-                          fix="docker exec %s dpkg-query -W squid" % proxy))
+                          fix="docker exec %s dpkg-query -W %s" % (proxy, SQUID_VERSION_PACKAGE)))
         lines.append(Line('proxy.squid_mirror_unread', 'notrun',
                           "Egress proxy squid: could not read the mirror's version (the installed version is "
                           "unknown), so whether the package is current was not checked"))
@@ -163,13 +167,14 @@ class SquidMixin(object):
         """(version, None) or (None, why): dpkg's squid version inside the running proxy (an exec, no shell)."""
         try:
             rc, out = dc.exec_in(self.client.containers.get(self.proxy),
-                                 ['dpkg-query', '-W', '-f=${Version}', 'squid'])
+                                 ['dpkg-query', '-W', '-f=${Version}', SQUID_VERSION_PACKAGE])
         except dc.EngineError as exc:
             return None, ' '.join(str(exc).split())
         except Exception as exc:
             return None, ' '.join(dc.api_message(exc).split())
         if rc != 0 or not out.strip():
-            return None, 'dpkg-query -W squid exited %s%s' % (rc, (': ' + ' '.join(out.split())[:200]) if out else '')
+            return None, 'dpkg-query -W %s exited %s%s' % (SQUID_VERSION_PACKAGE, rc,
+                                                           (': ' + ' '.join(out.split())[:200]) if out else '')
         return out.strip(), None
 
     def _labelled_upstream(self, name):

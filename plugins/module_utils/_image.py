@@ -206,7 +206,9 @@ def parse_inspect(text):
     squid_package = None
     for line in packages:
         words = line.split()
-        if len(words) == 2 and words[0] == 'squid':
+        # squid-common carries squid's version whichever build is installed (squid, or squid-openssl
+        # since rules version 3); the plain squid package is read where an older image has no squid-common.
+        if len(words) == 2 and (words[0] == 'squid-common' or (words[0] == 'squid' and squid_package is None)):
             squid_package = words[1]
     digest = hashlib.sha256('\n'.join(packages).encode('utf-8')).hexdigest()[:32] if packages else None
     return dict(squid_version=parse_squid_version(head), squid_package=squid_package, packages_digest=digest)

@@ -51,10 +51,30 @@ def allowlist_check_cmd():
     return ['cmp', '-s', LOADED_ALLOWLIST, _rules.CONTAINER_ALLOWLIST]
 
 
+# The TLS name check the image runs beside squid (roles/proxy/files/peek.conf, entrypoint). It includes
+# the destination guard, so it rereads it when the guard changed since it last read it (the entrypoint
+# records the copy it started with). It is reconfigured FIRST and must answer again before squid is:
+# squid probes it once when it reconfigures, and a probe that finds its port closed (it closes its
+# ports while it reconfigures) leaves every tunnel to 443 refused until the next request reprobes.
+# An image without the check has no pid file there, and nothing of this runs.
+PEEK_CONFIG = '/etc/squid/peek.conf'
+PEEK_PID = '/run/squid/peek.pid'
+PEEK_LOADED_GUARD = '/tmp/pi-egress-peek-guard.conf'
+PEEK_PORT = _rules.PEEK_PORT
+PEEK_WAIT_TENTHS = 50
+
+
 def reconfigure_cmd():
-    """Record the allowlist, then make squid reread everything (rules, allowlist, includes)."""
-    return ['sh', '-c', 'cp %s %s && exec squid -k reconfigure -f %s' % (
-        _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, _rules.CONTAINER_RULES)]
+    """Record the allowlist; reconfigure the TLS name check when its guard changed, and wait until it
+    answers; then make squid reread everything (rules, allowlist, includes)."""
+    peek = ('if [ -s {pid} ] && ! cmp -s {guard} {loaded}; then '
+            'cp {guard} {loaded} && squid -k reconfigure -f {conf} || exit 1; sleep 1; i=0; '
+            'until squidclient -h 127.0.0.1 -p {port} -T 1 mgr:info >/dev/null 2>&1; do '
+            'i=$((i + 1)); [ "$i" -lt {tenths} ] || exit 1; sleep 0.1; done; fi'
+            ).format(pid=PEEK_PID, guard=_rules.CONTAINER_GUARD, loaded=PEEK_LOADED_GUARD, conf=PEEK_CONFIG,
+                     port=PEEK_PORT, tenths=PEEK_WAIT_TENTHS)
+    return ['sh', '-c', 'cp %s %s && { %s; } && exec squid -k reconfigure -f %s' % (
+        _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, _rules.CONTAINER_RULES)]
 
 
 def mounted_digests_cmd(destinations):

@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import hashlib
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 # Paths inside the proxy container (contract with the egress_proxy module).
 CONTAINER_RULES = '/etc/squid/squid.conf'
@@ -23,6 +23,8 @@ CONTAINER_ALLOWLIST = '/etc/pi-dispatch/egress-allowlist.conf'
 CONTAINER_ENDPOINTS = '/etc/pi-dispatch/model-endpoints.conf'
 CONTAINER_GUARD = '/etc/pi-dispatch/egress-guard.conf'
 PROXY_PORT = 3128
+# The TLS name check the image runs beside squid (roles/proxy/files/peek.conf), loopback only.
+PEEK_PORT = 3129
 
 # The includes each rules version needs mounted, in the order they appear.
 INCLUDES = (CONTAINER_GUARD, CONTAINER_ENDPOINTS)
@@ -68,6 +70,17 @@ http_access allow !CONNECT pi_port_80 pi_allowlist
 # 6. Everything else.
 http_access deny all
 
+# --- every tunnel to port 443 goes through the TLS name check -------------------------
+# A second squid in this container (127.0.0.1:%(peek_port)d, the image's peek.conf) peeks at the
+# client's TLS ClientHello and passes the tunnel through only when its SNI names the CONNECT's host
+# (or there is none and the host is a listed IP literal); any other hello, and anything that is not
+# TLS, is cut, and nothing reaches the upstream. It never terminates TLS. What is refused above is
+# refused here, with squid's 403, before the check is involved.
+cache_peer 127.0.0.1 parent %(peek_port)d 0 no-query no-digest no-netdb-exchange name=pi_tls_check
+cache_peer_access pi_tls_check allow CONNECT pi_port_443
+cache_peer_access pi_tls_check deny all
+never_direct allow CONNECT pi_port_443
+
 # --- no cache, no identity leaks ------------------------------------------------
 cache deny all
 cache_mem 0 MB
@@ -84,7 +97,7 @@ netdb_filename none
 shutdown_lifetime 2 seconds
 pinger_enable off
 """ % dict(version=RULES_VERSION, port=PROXY_PORT, allowlist=CONTAINER_ALLOWLIST,
-           endpoints=CONTAINER_ENDPOINTS, guard=CONTAINER_GUARD)
+           endpoints=CONTAINER_ENDPOINTS, guard=CONTAINER_GUARD, peek_port=PEEK_PORT)
 
 
 def packaged_rules():
@@ -110,6 +123,12 @@ def included(text):
 def includes_endpoints(text):
     """True when a rules text includes the model-endpoints file (post-#503 shape)."""
     return CONTAINER_ENDPOINTS in included(text)
+
+
+def checks_tls_names(text):
+    """True when a rules text sends tunnels to 443 through the TLS name check (rules version 3)."""
+    return any(line.split()[:2] == ['cache_peer', '127.0.0.1'] and str(PEEK_PORT) in line.split()
+               for line in text.splitlines() if line.strip())
 
 
 def includes_guard(text):

@@ -64,7 +64,9 @@ open(prefix + "-result", "w").write(data.decode("utf-8", "replace"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUFFIX = os.environ.get('PI_EGRESS_IT_SUFFIX', '-it')
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
-PROXY_IMAGE = 'pi-dispatch-egress-proxy:latest'
+# The proxy image the session's site.yml runs (the proxy role builds it under this tag when it is not
+# current). PI_EGRESS_IT_PROXY_IMAGE keeps a run apart from another one on the same daemon.
+PROXY_IMAGE = os.environ.get('PI_EGRESS_IT_PROXY_IMAGE', 'pi-dispatch-egress-proxy:latest')
 
 # Names the fake upstream answers under (network aliases on the upstream net).
 FAKE_ALIASES = [
@@ -140,6 +142,7 @@ class EgressEnv(object):
             'egress_proxy_extra_hosts': ['loopback.test:127.0.0.1'],
             'egress_allowlist_seed': self.allowlist,
             'egress_proxy_install_debootstrap': False,
+            'egress_proxy_image': self.proxy_image,
         }
         extra.update(more)
         return extra

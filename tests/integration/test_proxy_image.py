@@ -108,7 +108,7 @@ def test_image_has_the_security_suite_and_the_report_names_the_package(sec_world
     # This host's apt sources carry http://deb.debian.org/debian-security (bookworm-security): the image asks it
     # for its own suite.
     assert re.match(r'^deb \S+/debian-security trixie-security main$', sources.strip()), sources
-    package = _in_image(client, ['dpkg-query', '-W', '-f=${Version}', 'squid']).strip()
+    package = _in_image(client, ['dpkg-query', '-W', '-f=${Version}', 'squid-common']).strip()
     labels = client.images.get(IMAGE).labels
     assert labels['io.pi-dispatch.egress.squid-package'] == package
     assert labels['io.pi-dispatch.egress.squid-version'].startswith('6.')
@@ -182,7 +182,7 @@ def test_doctor_squid_version_public_suffix_and_no_secret(sec_world, tmp_path):
     lines = [json.loads(row) for row in text.splitlines() if row.strip()]
     by_id = dict((line['id'], line) for line in lines)
     # The squid package inside the running proxy, named.
-    package = _in_image(client, ['dpkg-query', '-W', '-f=${Version}', 'squid']).strip()
+    package = _in_image(client, ['dpkg-query', '-W', '-f=${Version}', 'squid-common']).strip()
     assert 'proxy.squid' in by_id, [line for line in lines if line['id'].startswith('proxy')]
     assert by_id['proxy.squid']['status'] == 'ok', lines
     assert package in by_id['proxy.squid']['message'] and PROXY in by_id['proxy.squid']['message']

@@ -121,7 +121,7 @@ def test_candidate_script_is_bounded():
     script = _doctor_squid.candidate_script()
     assert 'timeout %d apt-get update' % _doctor_squid.SQUID_CANDIDATE_TIMEOUT in script
     assert 'Acquire::Retries=0' in script
-    assert 'apt-cache policy squid' in script
+    assert 'apt-cache policy squid-common' in script
 
 
 @pytest.mark.parametrize('networks, labelled, want', [
@@ -238,7 +238,7 @@ class _Proxy(object):
     name = 'p'
 
     def exec_run(self, cmd, **kwargs):
-        assert cmd == ['dpkg-query', '-W', '-f=${Version}', 'squid']  # an exec, no shell
+        assert cmd == ['dpkg-query', '-W', '-f=${Version}', 'squid-common']  # an exec, no shell
         return _Exec(0, b'6.13-2+deb13u4')
 
 

@@ -171,6 +171,17 @@ def test_parse_inspect():
     assert _image.parse_inspect('') == dict(squid_version=None, squid_package=None, packages_digest=None)
 
 
+@pytest.mark.parametrize('packages, expected', [
+    ('squid 6.13-2+deb13u4\nsquid-common 6.13-2+deb13u4\n', '6.13-2+deb13u4'),
+    ('squid-common 6.13-2+deb13u5\nsquid-openssl 6.13-2+deb13u5\n', '6.13-2+deb13u5'),   # the OpenSSL build
+    ('squid-openssl 6.13-2+deb13u5\n', None),                                            # no squid-common: unknown
+    ('squid 6.13-2+deb13u4\n', '6.13-2+deb13u4'),                                        # an older image
+])
+def test_the_squid_package_version_is_squid_commons(packages, expected):
+    text = 'Squid Cache: Version 6.13\n%s\nlibc6 2.41-12\n%s' % (_image.PACKAGES_MARK, packages)
+    assert _image.parse_inspect(text)['squid_package'] == expected
+
+
 # --- build_image with a fake daemon: the refresh ----------------------------------------------------------
 
 class FakeImage(object):

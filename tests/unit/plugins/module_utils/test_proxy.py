@@ -172,8 +172,14 @@ def test_allowlist_commands_compare_and_record_the_mounted_file():
     assert _proxy.allowlist_check_cmd() == ['cmp', '-s', _proxy.LOADED_ALLOWLIST, mounted]
     # The record is taken BEFORE squid reads: at start and in the same exec as the reconfigure.
     assert _proxy.COMMAND[-1].startswith('cp %s %s; exec squid ' % (mounted, _proxy.LOADED_ALLOWLIST))
-    assert _proxy.reconfigure_cmd()[-1].startswith('cp %s %s && exec squid -k reconfigure' %
-                                                   (mounted, _proxy.LOADED_ALLOWLIST))
+    assert _proxy.reconfigure_cmd()[-1].startswith('cp %s %s && ' % (mounted, _proxy.LOADED_ALLOWLIST))
+    # the TLS name check (a second squid of the image) rereads a changed guard first and answers again,
+    # then squid rereads everything
+    script = _proxy.reconfigure_cmd()[-1]
+    assert script.endswith('&& exec squid -k reconfigure -f /etc/squid/squid.conf')
+    peek = script.index('squid -k reconfigure -f /etc/squid/peek.conf')
+    assert peek < script.index('mgr:info') < script.index('exec squid -k reconfigure -f /etc/squid/squid.conf')
+    assert 'cmp -s /etc/pi-dispatch/egress-guard.conf /tmp/pi-egress-peek-guard.conf' in script
 
 
 def test_memory_without_swap_and_the_limit_in_bytes():

@@ -43,11 +43,24 @@ def test_guard_is_tested_after_the_allowlist_so_unlisted_names_are_never_resolve
 
 
 def test_version_and_includes():
-    assert _rules.RULES_VERSION == 2
+    assert _rules.RULES_VERSION == 3
     text = _rules.packaged_rules()
     assert _rules.included(text) == list(_rules.INCLUDES)
     assert _rules.includes_guard(text) and _rules.includes_endpoints(text)
-    assert '(rules version 2)' in text
+    assert '(rules version 3)' in text
+
+
+def test_every_tunnel_to_443_goes_through_the_tls_name_check_and_nothing_else_does():
+    d = [' '.join(w) for w in _directives()]
+    assert 'cache_peer 127.0.0.1 parent 3129 0 no-query no-digest no-netdb-exchange name=pi_tls_check' in d
+    assert [x for x in d if x.startswith('cache_peer_access')] == [
+        'cache_peer_access pi_tls_check allow CONNECT pi_port_443',
+        'cache_peer_access pi_tls_check deny all']
+    # never direct: a tunnel to 443 fails closed (503) when the check is not there, never goes around it
+    direct = [x for x in d if x.startswith(('never_direct', 'always_direct'))]
+    assert direct == ['never_direct allow CONNECT pi_port_443']
+    assert _rules.checks_tls_names(_rules.packaged_rules())
+    assert not _rules.checks_tls_names('http_port 3128\n# cache_peer 127.0.0.1 parent 3129\n')
 
 
 def test_listen_cache_and_logs():
