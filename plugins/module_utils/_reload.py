@@ -61,18 +61,20 @@ PEEK_CONFIG = '/etc/squid/peek.conf'
 PEEK_PID = '/run/squid/peek.pid'
 PEEK_LOADED_GUARD = '/tmp/pi-egress-peek-guard.conf'
 PEEK_PORT = _rules.PEEK_PORT
+# 127.0.0.1:<PEEK_PORT> as /proc/net/tcp writes a local address; state 0A is LISTEN.
+PEEK_LISTEN = '0100007F:%04X' % PEEK_PORT
 PEEK_WAIT_TENTHS = 50
 
 
 def reconfigure_cmd():
     """Record the allowlist; reconfigure the TLS name check when its guard changed, and wait until it
-    answers; then make squid reread everything (rules, allowlist, includes)."""
+    listens again; then make squid reread everything (rules, allowlist, includes)."""
     peek = ('if [ -s {pid} ] && ! cmp -s {guard} {loaded}; then '
             'cp {guard} {loaded} && squid -k reconfigure -f {conf} || exit 1; sleep 1; i=0; '
-            'until squidclient -h 127.0.0.1 -p {port} -T 1 mgr:info >/dev/null 2>&1; do '
+            'until grep -q " {listen} [0-9A-F]*:[0-9A-F]* 0A " /proc/net/tcp; do '
             'i=$((i + 1)); [ "$i" -lt {tenths} ] || exit 1; sleep 0.1; done; fi'
             ).format(pid=PEEK_PID, guard=_rules.CONTAINER_GUARD, loaded=PEEK_LOADED_GUARD, conf=PEEK_CONFIG,
-                     port=PEEK_PORT, tenths=PEEK_WAIT_TENTHS)
+                     listen=PEEK_LISTEN, tenths=PEEK_WAIT_TENTHS)
     return ['sh', '-c', 'cp %s %s && { %s; } && exec squid -k reconfigure -f %s' % (
         _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, _rules.CONTAINER_RULES)]
 

@@ -178,7 +178,7 @@ def test_allowlist_commands_compare_and_record_the_mounted_file():
     script = _proxy.reconfigure_cmd()[-1]
     assert script.endswith('&& exec squid -k reconfigure -f /etc/squid/squid.conf')
     peek = script.index('squid -k reconfigure -f /etc/squid/peek.conf')
-    assert peek < script.index('mgr:info') < script.index('exec squid -k reconfigure -f /etc/squid/squid.conf')
+    assert peek < script.index('0100007F:0C39') < script.index('exec squid -k reconfigure -f /etc/squid/squid.conf')
     assert 'cmp -s /etc/pi-dispatch/egress-guard.conf /tmp/pi-egress-peek-guard.conf' in script
 
 
