@@ -53,7 +53,8 @@ def timed_upgrade(fleet, env, serial, limit=None):
     start = time.perf_counter()
     rc, out, _recap = fleetlib.run_playbook(ROOT, fleet.inventory, 'playbooks/upgrade.yml', dict(
         egress_hosts='egress', egress_upgrade_serial=serial, egress_upgrade_max_fail_percentage=0,
-        egress_upgrade_refresh_rules=True, egress_upgrade_rules_source=STAGED), env, limit=limit)
+        egress_upgrade_refresh_rules=True, egress_upgrade_rules_source=STAGED,
+        egress_proxy_install_debootstrap=False), env, limit=limit)
     seconds = time.perf_counter() - start
     if rc != 0:
         raise SystemExit('upgrade.yml failed (rc=%s):\n%s' % (rc, out[-4000:]))

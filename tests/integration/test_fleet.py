@@ -118,6 +118,7 @@ def test_rollout_stops_at_the_host_that_fails_and_rolls_it_back(world):
     rc, out, recap = world.play('playbooks/upgrade.yml', dict(
         egress_hosts='egress', egress_upgrade_serial=1, egress_upgrade_max_fail_percentage=0,
         egress_upgrade_refresh_rules=True, egress_upgrade_rules_source=STAGED,
+        egress_proxy_install_debootstrap=False,  # the upgrade runs the image step, as site.yml does
         egress_upgrade_summary_json=summary))
     _keep(out, 'upgrade-fleet.log')
     assert rc != 0, out[-6000:]
@@ -151,6 +152,7 @@ def test_rerun_after_the_fault_is_fixed_finishes_the_rollout(world):
     rc, out, _recap = world.play('playbooks/upgrade.yml', dict(
         egress_hosts='egress', egress_upgrade_serial=1, egress_upgrade_max_fail_percentage=0,
         egress_upgrade_refresh_rules=True, egress_upgrade_rules_source=STAGED,
+        egress_proxy_install_debootstrap=False,  # the upgrade runs the image step, as site.yml does
         egress_upgrade_summary_json=summary))
     assert rc == 0, out[-6000:]
     for host in HOSTS:

@@ -126,7 +126,7 @@ def test_upgrade_refreshes_the_image_and_keeps_it_when_nothing_changed(sec_world
     rc, out, _recap = run_playbook('playbooks/upgrade.yml', dict(sec_world['variables'],
                                                                  egress_upgrade_refresh_image=True), timeout=1500)
     assert rc == 0, out[-5000:]
-    assert 'Refresh the proxy image' in out
+    assert "Build the proxy image when this collection's Containerfile changed" in out
     # The refresh built under the scratch tag (no layer cache), never under the live one first.
     events = list(client.events(since=since, until=int(time.time()) + 1, decode=True,
                                 filters={'type': 'image', 'event': 'tag'}))
