@@ -41,8 +41,10 @@ import threading
 import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_firewall
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_decisions import decisions_line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_isolation import (
     ISOLATION_CONNECT_TIMEOUT, IsolationMixin)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_lines import GROUPS, STATUSES, SYMBOLS, Line
@@ -120,8 +122,9 @@ class DoctorOptions(object):
                  start_grace=DEFAULT_PROBE_START_GRACE, docker_host=None, check_mode=False, pid=None,
                  environ=None, endpoint_timeout=DEFAULT_ENDPOINT_TIMEOUT, models_json=None, isolation=True,
                  job_pool=_jobnet.DEFAULT_POOL, job_prefix=_jobnet.DEFAULT_PREFIX, squid_candidate=True,
-                 sweep=True, firewall=None, fallback_probe_image=None):
+                 sweep=True, firewall=None, fallback_probe_image=None, decision_log_dir=None):
         self.proxy = proxy
+        self.decision_log_dir = decision_log_dir
         self.fallback_probe_image = fallback_probe_image
         self.deploy_dir = deploy_dir
         self.probe_image = probe_image
@@ -172,6 +175,8 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
         self.squid_candidate = bool(options.squid_candidate)
         self.sweep_enabled = bool(options.sweep)
         self.firewall = options.firewall
+        self.decision_log_dir = options.decision_log_dir or os.path.join(options.deploy_dir or '',
+                                                                         _decisions.DEFAULT_FOLDER)
         self.actions = []
         self.timings = {}
         self._launched = []
@@ -245,7 +250,8 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
             join_lanes()
             threads = []
             for probe, url in (sorted(self._targets().items()) if base_ok else ()):
-                threads.append(threading.Thread(target=self._run_probe, args=(probe, url, net, results)))
+                threads.append(threading.Thread(target=self._run_probe, args=(probe, url, net, results),
+                                                kwargs=self._probe_options(probe)))
             for key, endpoint, kind, url, tunnel in (jobs if base_ok else ()):
                 if url is None:
                     continue
@@ -352,6 +358,7 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
             lines.extend(shard_endpoints)
             isolation_lines = self._isolation_skipped('the proxy is not running')
         lines.extend(self.overlay())
+        lines.append(decisions_line(self.decision_log_dir))
         lines.extend(isolation_lines)
         lines.extend(_doctor_firewall.lines_for(self, self.firewall))
         lines.extend(leftovers)

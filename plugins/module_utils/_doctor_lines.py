@@ -23,6 +23,7 @@ GROUPS = (
     ('canary', 'Egress canary'),
     ('endpoints', 'Model endpoints'),
     ('overlay', 'Overlay models.json and allowlist'),
+    ('decisions', 'Decision log'),
     ('isolation', 'Job networks'),
     ('firewall', 'Host firewall layer'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
@@ -99,6 +100,18 @@ LINES = [
      '403 <error>; only a CONNECT reaches 443)'),
     ('canary.plain_leaks', 'canary', 'fail',
      'Egress policy lets plain HTTP through to <listed> on port 443 (<what>)'),
+    ('canary.sni', 'canary', 'ok',
+     'Egress policy cuts a tunnel whose TLS name is not its CONNECT host (CONNECT <provider>:443 carrying '
+     'a hello for <deny>: the TLS name check cut it, nothing was answered)'),
+    ('canary.sni_leaks', 'canary', 'fail',
+     "Egress policy lets a listed host's tunnel carry TLS for another name (CONNECT <provider>:443 with "
+     'the hello for <deny> got HTTP <code>: domain fronting passes)'),
+    ('canary.tunnel_plain', 'canary', 'ok',
+     'Egress policy cuts plain bytes in a tunnel to 443 (a plain GET inside CONNECT <provider>:443: the '
+     'TLS name check cut it, nothing was answered)'),
+    ('canary.tunnel_plain_leaks', 'canary', 'fail',
+     'Egress policy lets plain bytes through a tunnel to 443 (a plain GET inside CONNECT <provider>:443 '
+     'got HTTP <code>: any protocol passes on 443)'),
     ('canary.notrun', 'canary', 'notrun', 'Egress canary probe <probe> did not run (<why>)'),
     ('canary.setup', 'canary', 'notrun', 'Egress canary could not be set up (<why>), so no probe ran'),
     ('canary.cleanup_kept', 'canary', 'warn',
@@ -122,6 +135,18 @@ LINES = [
      'got squid\'s 403 <error>; only a CONNECT reaches 443)'),
     ('canary.shard_plain_leaks', 'canary', 'fail',
      'Egress policy lets plain HTTP through to <listed> on port 443 through <shard> (<what>)'),
+    ('canary.shard_sni', 'canary', 'ok',
+     'Egress policy cuts a tunnel whose TLS name is not its CONNECT host through <shard> (CONNECT '
+     '<provider>:443 carrying a hello for <deny>: the TLS name check cut it, nothing was answered)'),
+    ('canary.shard_sni_leaks', 'canary', 'fail',
+     "Egress policy lets a listed host's tunnel carry TLS for another name through <shard> (CONNECT "
+     '<provider>:443 with the hello for <deny> got HTTP <code>: domain fronting passes)'),
+    ('canary.shard_tunnel_plain', 'canary', 'ok',
+     'Egress policy cuts plain bytes in a tunnel to 443 through <shard> (a plain GET inside CONNECT '
+     '<provider>:443: the TLS name check cut it, nothing was answered)'),
+    ('canary.shard_tunnel_plain_leaks', 'canary', 'fail',
+     'Egress policy lets plain bytes through a tunnel to 443 through <shard> (a plain GET inside CONNECT '
+     '<provider>:443 got HTTP <code>: any protocol passes on 443)'),
     ('canary.shard_notrun', 'canary', 'notrun', 'Egress canary probe <probe> did not run through <shard> (<why>)'),
     ('canary.shard_setup', 'canary', 'notrun',
      'Egress canary could not be set up through <shard> (<why>), so no probe ran'),
@@ -214,6 +239,15 @@ LINES = [
     ('overlay.keyless_refused', 'overlay', 'fail',
      'Provider <provider> names <variable> but is not keyless: <reasons>. Every job on it is refused before '
      'anything is spent'),
+    # The decision log (_doctor_decisions): the last hour's refusals, the doctor's own probes left out.
+    ('decisions.quiet', 'decisions', 'ok',
+     'Decision log: no job was refused in the last <window> (<count> decisions read from <files> files in <folder>)'),
+    ('decisions.refusals', 'decisions', 'warn',
+     'Decision log: <count> requests refused in the last <window>; top hosts: <hosts>; jobs: <jobs>; reasons: '
+     '<reasons>'),
+    ('decisions.missing', 'decisions', 'warn',
+     'Decision log: <folder> does not exist, so no decision of this proxy is recorded'),
+    ('decisions.unreadable', 'decisions', 'warn', 'Decision log: <folder> could not be read (<why>)'),
     ('isolation.peers', 'isolation', 'ok',
      'Job-to-job isolation: <peer a> on <net a> and <peer b> on <net b> each reach the proxy and not each other '
      '(by name, by address, nor through the proxy\'s address on the other network)'),

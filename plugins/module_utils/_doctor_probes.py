@@ -3,8 +3,10 @@
 # Apache License 2.0 (see LICENSE)
 """The doctor's probes: probe containers that run one bounded curl through the proxy, and their verdicts.
 
-* the canary's three probes (:data:`PROBES`): the provider is reached, an
-  unlisted host is denied, plain HTTP to a listed host on port 443 is refused;
+* the canary's five probes (:data:`PROBES`): the provider is reached, an
+  unlisted host is denied, plain HTTP to a listed host on port 443 is refused,
+  a tunnel to the provider carrying a TLS hello for the unlisted host is cut
+  (the TLS name check), and plain bytes in a tunnel to the provider's 443 are cut;
 * three probes per declared model endpoint (:data:`ENDPOINT_PROBES`): a
   CONNECT tunnel, the nearest undeclared port, a plain forward request.
 
@@ -27,7 +29,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_lines i
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor_names import (
     LABEL, PEERS, peer_name, probe_name, probe_shard, shard_network_name)
 
-PROBES = ('provider', 'deny', 'plain')
+PROBES = ('provider', 'deny', 'plain', 'sni', 'tunnel_plain')
 ENDPOINT_PROBES = ('tunnel', 'port', 'plain')
 ENDPOINT_PROBE_LABELS = {'tunnel': 'tunnel', 'port': 'port-exact', 'plain': 'plain-request'}
 
@@ -37,11 +39,12 @@ ENDPOINT_PROBE_LABELS = {'tunnel': 'tunnel', 'port': 'port-exact', 'plain': 'pla
 PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
 
 
-def probe_script(url, proxy_url, timeout, tunnel=False):
+def probe_script(url, proxy_url, timeout, tunnel=False, connect_to=None):
     """The shell the probe container runs: one curl, bounded, with a parseable trailer.
 
     ``-k``: no credential is sent, so the certificate is not what is proved;
-    reaching the host through the tunnel is.
+    reaching the host through the tunnel is. ``connect_to`` (``host:port:other:port``): the tunnel
+    goes to the other host while the TLS hello names the URL's (curl's ``--connect-to``).
     """
     curl = ['curl', '-sS', '-k', '--max-time', str(int(timeout)), '--connect-timeout', str(int(timeout)),
             '-o', '/dev/null', '-D', '/tmp/h', '-w', "'%s %%{http_code} %%{http_connect}\\n'" % PROBE_MARK,
@@ -50,6 +53,8 @@ def probe_script(url, proxy_url, timeout, tunnel=False):
     # (--proxytunnel) asks for a CONNECT tunnel first, as a job's client does for a model server.
     if tunnel:
         curl.append('-p')
+    if connect_to:
+        curl += ['--connect-to', "'%s'" % connect_to]
     curl.append("'%s'" % url)
     return ('%s 2>/tmp/e; rc=$?; echo "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
             'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (' '.join(curl), PROBE_MARK, PROBE_MARK, PROBE_MARK))
@@ -149,6 +154,53 @@ def classify_plain(listed, result, why_not=None):
                 fix='refresh deploy/egress-proxy.conf to the packaged rules (they allow a plain request only to '
                     'port 80), then restart the proxy (ansible-playbook pi_dispatch.egress.site '
                     '-e egress_proxy_state=restarted)')
+
+
+def _tls_check_verdict(result, why_not, probe):
+    """(connect, code) when the probe's tunnel opened, else the notrun Line to return instead."""
+    if result is None:
+        return notrun_line(probe, why_not or 'the probe printed no result')
+    connect = result['connect']
+    if connect == 403:
+        return notrun_line(probe, 'the proxy refused the tunnel to the provider (403), so there was no tunnel to '
+                                  'check; list the provider (see canary.provider)')
+    if connect != 200:
+        return notrun_line(probe, 'the tunnel to the provider did not open: %s' % (
+            'the proxy answered %d' % connect if connect else _no_answer(result)))
+    return None
+
+
+_TLS_CHECK_FIX = ('refresh the proxy to rules version 3 and its image (ansible-playbook pi_dispatch.egress.upgrade '
+                  '-e egress_upgrade_refresh_rules=true; docs/rules.md, "The TLS name check")')
+
+
+def classify_sni(provider, deny, result, why_not=None):
+    """A tunnel to the provider's 443 whose TLS hello names the unlisted host: cut, or domain fronting works."""
+    notrun = _tls_check_verdict(result, why_not, 'sni')
+    if notrun is not None:
+        return notrun
+    if not result['code']:
+        return Line('canary.sni', 'ok',
+                    'Egress policy cuts a tunnel whose TLS name is not its CONNECT host (CONNECT %s:443 carrying a '
+                    'hello for %s: the TLS name check cut it, nothing was answered)' % (provider, deny))
+    return Line('canary.sni_leaks', 'fail',
+                'Egress policy lets a listed host\'s tunnel carry TLS for another name (CONNECT %s:443 with the '
+                'hello for %s got HTTP %d: domain fronting passes)' % (provider, deny, result['code']),
+                fix=_TLS_CHECK_FIX)
+
+
+def classify_tunnel_plain(provider, result, why_not=None):
+    """Plain HTTP bytes in a tunnel to the provider's 443: cut, or any protocol passes there."""
+    notrun = _tls_check_verdict(result, why_not, 'tunnel_plain')
+    if notrun is not None:
+        return notrun
+    if not result['code']:
+        return Line('canary.tunnel_plain', 'ok',
+                    'Egress policy cuts plain bytes in a tunnel to 443 (a plain GET inside CONNECT %s:443: the TLS '
+                    'name check cut it, nothing was answered)' % provider)
+    return Line('canary.tunnel_plain_leaks', 'fail',
+                'Egress policy lets plain bytes through a tunnel to 443 (a plain GET inside CONNECT %s:443 got HTTP '
+                '%d: any protocol passes on 443)' % (provider, result['code']), fix=_TLS_CHECK_FIX)
 
 
 def notrun_line(probe, why):
@@ -289,7 +341,17 @@ class ProbesMixin(object):
             provider='https://%s/' % self.provider_host,
             deny='https://%s/' % self.deny_host,
             plain='http://%s:443/' % self.listed_host,
+            sni='https://%s/' % self.deny_host,
+            tunnel_plain='http://%s:443/' % self.provider_host,
         )
+
+    def _probe_options(self, probe):
+        """How a canary probe's curl differs from a plain ``curl --proxy URL``."""
+        if probe == 'sni':
+            return dict(connect_to='%s:443:%s:443' % (self.deny_host, self.provider_host))
+        if probe == 'tunnel_plain':
+            return dict(tunnel=True)
+        return {}
 
     def _probe_env(self):
         proxy_url = 'http://%s:%d' % (self.proxy, _rules.PROXY_PORT)
@@ -329,12 +391,12 @@ class ProbesMixin(object):
         finally:
             self.timings[key] = time.monotonic() - started
 
-    def _run_probe(self, probe, url, net, results, timeout=None, tunnel=False, name=None):
+    def _run_probe(self, probe, url, net, results, timeout=None, tunnel=False, name=None, connect_to=None):
         timeout = self.probe_timeout if timeout is None else timeout
         proxy_url, _env = self._probe_env()
         raw = {}
         self._run_container(probe, name or probe_name(probe, self.pid),
-                            probe_script(url, proxy_url, timeout, tunnel=tunnel), net, raw,
+                            probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
                             timeout + self.start_grace)
         text, why = raw.get(probe, (None, 'it did not finish'))
         if text is None:
@@ -345,14 +407,16 @@ class ProbesMixin(object):
                           % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
 
     def _classify(self, results, prefix=''):
-        """The canary's three lines from ``results`` (keys ``<prefix><probe>``: a shard's lane has its prefix)."""
+        """The canary's lines from ``results`` (keys ``<prefix><probe>``: a shard's lane has its prefix)."""
         lines = []
-        for probe, fn, host in (('provider', classify_provider, self.provider_host),
-                                ('deny', classify_deny, self.deny_host),
-                                ('plain', classify_plain, self.listed_host)):
+        for probe, fn, args in (('provider', classify_provider, (self.provider_host,)),
+                                ('deny', classify_deny, (self.deny_host,)),
+                                ('plain', classify_plain, (self.listed_host,)),
+                                ('sni', classify_sni, (self.provider_host, self.deny_host)),
+                                ('tunnel_plain', classify_tunnel_plain, (self.provider_host,))):
             parsed, why = results.get(prefix + probe, (None, 'it did not finish within %ss' % (
                 self.probe_timeout + self.start_grace + 15)))
-            lines.append(fn(host, parsed, why_not=why))
+            lines.append(fn(*args + (parsed,), why_not=why))
         return lines
 
     def load_endpoints(self):

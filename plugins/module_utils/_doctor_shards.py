@@ -228,7 +228,8 @@ class ShardsMixin(object):
         threads = []
         for probe, url in sorted(self._targets().items()):
             threads.append(threading.Thread(target=self._run_probe, args=(lane.prefix + probe, url, lane.net,
-                                                                          results)))
+                                                                          results),
+                                            kwargs=self._probe_options(probe)))
         for key, _endpoint, _kind, url, tunnel in jobs:
             if url is None:
                 continue

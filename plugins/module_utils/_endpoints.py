@@ -436,6 +436,11 @@ def render_include(endpoints, pool=None):
     out = [INCLUDE_HEADER]
     if not eps:
         return ''.join(out)
+    out.append('\n# The decision log\'s reason for what these lines decide (each always matches).\n')
+    out.append('acl pi_ep_r_endpoint annotate_transaction pi_reason=endpoint\n')
+    out.append('acl pi_ep_r_guard annotate_transaction pi_reason=guard\n')
+    if any(e.port == 443 for e in eps):
+        out.append('acl pi_ep_r_checked annotate_transaction pi_stage=checked\n')
     if any(e.kind == 'name' for e in eps):
         out.append('\n# What a declared name must not resolve to: this host\'s loopback, slirp4netns\'s host '
                    'alias,\n# the cloud metadata addresses and the job-network pool.\n')
@@ -447,10 +452,12 @@ def render_include(endpoints, pool=None):
         out.append('acl %s_port port %d\n' % (p, e.port))
         if e.kind == 'name':
             out.append('acl %s_host dstdomain -n %s\n' % (p, e.host))
-            out.append('http_access deny CONNECT %s_port %s_host %s\n' % (p, p, NEVER_ACL))
+            out.append('http_access deny CONNECT %s_port %s_host %s pi_ep_r_guard\n' % (p, p, NEVER_ACL))
         else:
             out.append('acl %s_host dst -n %s\n' % (p, e.host))
-        out.append('http_access allow CONNECT %s_port %s_host\n' % (p, p))
+        # on 443 the TLS name check logs the tunnel it passes (rules version 3)
+        out.append('http_access allow CONNECT %s_port %s_host pi_ep_r_endpoint%s\n'
+                   % (p, p, ' pi_ep_r_checked' if e.port == 443 else ''))
     return ''.join(out)
 
 

@@ -133,6 +133,41 @@ class ProxyManager(object):
         return [src for src, _dst in self.spec['mounts'] if not os.path.isfile(src)]
 
     # --- actions -----------------------------------------------------------
+    def check_log_dir(self):
+        """ProxyError when the decision log's folder cannot be used (a symlink, not a folder). Changes nothing."""
+        if not self.spec.get('log_mount'):
+            return
+        path = self.spec['log_mount'][0]
+        asked = self.spec.get('log_dir_asked') or path
+        if os.path.islink(asked):
+            raise ProxyError('%s (egress_decision_log_dir) is a symlink; the proxy mounts the folder it names '
+                             'read-write. Name the real folder instead. Nothing was changed' % asked)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise ProxyError('%s (egress_decision_log_dir) exists and is not a folder; move it away or name '
+                             'another folder. Nothing was changed' % path)
+
+    def ensure_log_dir(self):
+        """The decision log's host folder: made (0750, the proxy user's) when missing, given to the proxy user
+        when it is someone else's. True when something was (or would be) done."""
+        self.check_log_dir()
+        if not self.spec.get('log_mount'):
+            return False
+        path = self.spec['log_mount'][0]
+        if os.path.isdir(path):
+            info = os.stat(path)
+            if info.st_uid == PROXY_UID:
+                return False
+            self.actions.append('give decision log folder %s to the proxy user (uid %d)' % (path, PROXY_UID))
+            if not self.check_mode:
+                os.chown(path, PROXY_UID, PROXY_UID)
+            return True
+        self.actions.append('create decision log folder %s' % path)
+        if not self.check_mode:
+            os.makedirs(path, 0o750)
+            os.chmod(path, 0o750)
+            os.chown(path, PROXY_UID, PROXY_UID)
+        return True
+
     def ensure_network(self, internal=False):
         net = dc.get_network(self.client, self.spec['network'])
         if net is not None:
@@ -160,6 +195,9 @@ class ProxyManager(object):
         spec = self.spec
         kwargs = create_kwargs(spec)
         kwargs['mounts'] = [Mount(target=dst, source=src, type='bind', read_only=True) for src, dst in spec['mounts']]
+        if spec.get('log_mount'):
+            src, dst = spec['log_mount']
+            kwargs['mounts'].append(Mount(target=dst, source=src, type='bind', read_only=False))
         kwargs['ulimits'] = [Ulimit(name=u['name'], soft=u['soft'], hard=u['hard']) for u in spec['ulimits']]
         kwargs['log_config'] = LogConfig(type=spec['log_config']['type'], config=spec['log_config']['config'])
         image = kwargs.pop('image')

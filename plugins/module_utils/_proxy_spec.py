@@ -106,9 +106,47 @@ def check_shard_bound(value, key='egress_proxy_shard_bound'):
     return value
 
 
+# The decision log (docs/decisions.md): a host folder mounted read-write at
+# _rules.CONTAINER_DECISION_LOG_DIR, and what the image's decision-log program reads from the
+# environment: the file name of this container, and the size rotation.
+ENV_DECISION_LOG_NAME = 'PI_EGRESS_DECISION_LOG_NAME'
+ENV_DECISION_LOG_MAX_BYTES = 'PI_EGRESS_DECISION_LOG_MAX_BYTES'
+ENV_DECISION_LOG_KEEP = 'PI_EGRESS_DECISION_LOG_KEEP'
+ENV_PREFIX = 'PI_EGRESS_'
+DECISION_LOG_DEFAULTS = dict(max_size='10m', keep=5)
+
+
+def check_decision_log(decision_log):
+    """dict(dir, max_bytes, keep) from dict(dir, max_size, keep), or None for None. ProxyError names the key."""
+    if not decision_log:
+        return None
+    out = dict(DECISION_LOG_DEFAULTS)
+    out.update(dict((k, v) for k, v in decision_log.items() if v is not None))
+    if not out.get('dir') or not os.path.isabs(out['dir']):
+        raise ProxyError('egress_decision_log_dir = %r is not an absolute path; name the host folder the '
+                         'decision log is written to, e.g. /srv/pi-egress/decisions' % (out.get('dir'),))
+    max_bytes = parse_size(out['max_size'], key='egress_decision_log_max_size')
+    if max_bytes < 65536:
+        raise ProxyError('egress_decision_log_max_size = %r is below 64k; each file holds at least that '
+                         'much (write e.g. 10m)' % (out['max_size'],))
+    keep = out['keep']
+    if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= 100:
+        raise ProxyError('egress_decision_log_keep = %r is not a number of older files from 0 to 100 (e.g. 5)'
+                         % (keep,))
+    return dict(dir=os.path.realpath(out['dir']), asked=out['dir'], max_bytes=max_bytes, keep=keep)
+
+
+def decision_log_env(name, decision_log):
+    """The environment a container of ``name`` gets for its decision log (empty without one)."""
+    if not decision_log:
+        return {}
+    return {ENV_DECISION_LOG_NAME: name, ENV_DECISION_LOG_MAX_BYTES: str(decision_log['max_bytes']),
+            ENV_DECISION_LOG_KEEP: str(decision_log['keep'])}
+
+
 def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, name=PROXY_NAME,
                  extra_hosts=None, health_interval=5, mount_endpoints=True, guard=None, limits=None,
-                 shard_bound=None):
+                 shard_bound=None, decision_log=None):
     mounts = [(os.path.realpath(rules), _rules.CONTAINER_RULES),
               (os.path.realpath(allowlist), _rules.CONTAINER_ALLOWLIST)]
     if mount_endpoints:
@@ -119,11 +157,15 @@ def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, n
     labels = {LABEL_ROLE: 'proxy'}
     if check_shard_bound(shard_bound) is not None:
         labels[LABEL_SHARD_BOUND] = str(shard_bound)
+    decision_log = check_decision_log(decision_log)
     return dict(
         name=name,
         image=image,
         network=network,
         mounts=mounts,
+        log_mount=(decision_log['dir'], _rules.CONTAINER_DECISION_LOG_DIR) if decision_log else None,
+        log_dir_asked=decision_log['asked'] if decision_log else None,
+        environment=decision_log_env(name, decision_log),
         restart_policy=RESTART_POLICY,
         extra_hosts=sorted([HOST_GATEWAY] + list(extra_hosts or [])),
         healthcheck=dict(test=HEALTHCHECK_TEST, interval=int(health_interval) * _NS,
@@ -178,6 +220,8 @@ def observed(attrs):
         health_timing=dict(interval=check.get('Interval') or 0, timeout=check.get('Timeout') or 0,
                            retries=check.get('Retries') or 0, start_period=check.get('StartPeriod') or 0),
         labels=config.get('Labels') or {},
+        environment=dict(item.split('=', 1) for item in config.get('Env') or []
+                         if item.startswith(ENV_PREFIX) and '=' in item),
         command=list(config.get('Cmd') or []),
         security_opt=sorted(host.get('SecurityOpt') or []),
         cap_drop=sorted(host.get('CapDrop') or []),
@@ -210,6 +254,15 @@ def mounts_endpoints(obs):
     return any(m['destination'] == _rules.CONTAINER_ENDPOINTS for m in obs['mounts'])
 
 
+def _all_mounts(spec):
+    return list(spec['mounts']) + ([spec['log_mount']] if spec.get('log_mount') else [])
+
+
+def _writable(spec):
+    """The container paths mounted read-write: the decision log's folder, when there is one."""
+    return [spec['log_mount'][1]] if spec.get('log_mount') else []
+
+
 def _wanted_ulimits(spec):
     return sorted((u['name'], u['soft'], u['hard']) for u in spec['ulimits'])
 
@@ -231,8 +284,11 @@ def _settings(spec, obs, image_id):
         ('image', obs['image_id'], image_id or obs['image_id'],
          'image: running %s, wanted %s (%s)' % (obs['image_id'], image_id, spec['image'])),
         ('mounts', sorted((m['source'], m['destination']) for m in obs['mounts'] if m['type'] == 'bind'),
-         sorted((src, dst) for src, dst in spec['mounts']), None),
-        ('read-write mounts', writable, [], 'mounts: %s mounted read-write, wanted read-only' % ', '.join(writable)),
+         sorted((src, dst) for src, dst in _all_mounts(spec)), None),
+        ('read-write mounts', writable, _writable(spec),
+         'mounts: %s mounted read-write, wanted %s' % (', '.join(writable) or 'none',
+                                                         ', '.join(_writable(spec)) or 'every mount read-only')),
+        ('environment', obs.get('environment', {}), spec.get('environment', {}), None),
         ('on network %s' % spec['network'], spec['network'] in obs['networks'], True,
          'networks: not on %s' % spec['network']),
         ('restart policy', obs['restart_policy'], spec['restart_policy'], None),
@@ -304,6 +360,7 @@ def create_kwargs(spec):
         cap_add=list(spec['cap_add']) or None, read_only=spec['read_only'], tmpfs=dict(spec['tmpfs']),
         sysctls=dict(spec['sysctls']), mem_limit=spec['memory'], memswap_limit=spec['memory'],
         pids_limit=spec['pids_limit'], log_config=dict(spec['log_config']),
+        environment=dict(spec.get('environment') or {}),
     )
 
 

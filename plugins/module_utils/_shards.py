@@ -31,6 +31,7 @@ import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy_spec import (
+    ENV_DECISION_LOG_NAME,
     LABEL_ROLE,
     LABEL_SHARD_BOUND,
     is_job_network,
@@ -357,8 +358,12 @@ def clone_spec(attrs, proxy, index):
                                  for m in host_config['Mounts']]
     networks = upstream_networks(attrs)
     host_config['NetworkMode'] = networks[0] if networks else 'none'
-    return dict(name=shard_name(proxy, index), image=attrs.get('Image') or config.get('Image'),
-                command=config.get('Cmd'), entrypoint=config.get('Entrypoint'), environment=config.get('Env'),
+    name = shard_name(proxy, index)
+    # each member writes the decision log to a file of its own name (the image's decision-log program)
+    environment = [('%s=%s' % (ENV_DECISION_LOG_NAME, name)) if item.startswith(ENV_DECISION_LOG_NAME + '=')
+                   else item for item in config.get('Env') or []] or config.get('Env')
+    return dict(name=name, image=attrs.get('Image') or config.get('Image'),
+                command=config.get('Cmd'), entrypoint=config.get('Entrypoint'), environment=environment,
                 labels=labels, healthcheck=shard_healthcheck(config.get('Healthcheck')),
                 user=config.get('User') or None, host_config=host_config, networks=networks)
 

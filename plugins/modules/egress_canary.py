@@ -78,6 +78,13 @@ options:
         own client stack. Unset, a missing I(probe_image) means no probe runs, as before.
     type: str
     version_added: 0.2.0
+  decision_log_dir:
+    description:
+      - The decision log folder the proxy writes (C(egress_decision_log_dir)); the doctor summarizes the
+        last hour's refusals from it in a C(decisions.*) line, leaving its own probes out. Default
+        C(<deploy_dir>/decisions).
+    type: path
+    version_added: 0.3.0
   provider_host:
     description:
       - The provider the canary must reach (unauthenticated, so nothing is spent). A real public host by default;
@@ -219,6 +226,7 @@ def main():
         deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         probe_image=dict(type='str', required=True),
         fallback_probe_image=dict(type='str'),
+        decision_log_dir=dict(type='path'),
         provider_host=dict(type='str', default=_doctor.DEFAULT_PROVIDER_HOST),
         deny_host=dict(type='str', default=_doctor.DEFAULT_DENY_HOST),
         listed_host=dict(type='str'),
@@ -257,7 +265,7 @@ def main():
         endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
         job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
         firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
-        fallback_probe_image=p['fallback_probe_image'])
+        fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'])
     doctor = _doctor.Doctor(client, options)
     try:
         lines = doctor.run()

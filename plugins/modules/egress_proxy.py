@@ -252,8 +252,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy_spec
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
 
@@ -278,6 +280,10 @@ def main():
         log_max_size=dict(type='str', default=_proxy.DEFAULT_LIMITS['log_max_size']),
         log_max_file=dict(type='int', default=_proxy.DEFAULT_LIMITS['log_max_file']),
         shard_bound=dict(type='int'),
+        decision_log=dict(type='bool', default=True),
+        decision_log_dir=dict(type='path'),
+        decision_log_max_size=dict(type='str', default=_proxy_spec.DECISION_LOG_DEFAULTS['max_size']),
+        decision_log_keep=dict(type='int', default=_proxy_spec.DECISION_LOG_DEFAULTS['keep']),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
@@ -291,6 +297,10 @@ def main():
     deploy_paths = _deployment.module_layout(module).paths if p['deploy_dir'] else None
     limits = dict(memory=p['memory'], pids=p['pids_limit'], nofile=p['nofile'], log_max_size=p['log_max_size'],
                   log_max_file=p['log_max_file'])
+    decision_log = None
+    if p['decision_log'] and (p['decision_log_dir'] or deploy_paths):
+        decision_log = dict(dir=p['decision_log_dir'] or os.path.join(p['deploy_dir'], _decisions.DEFAULT_FOLDER),
+                            max_size=p['decision_log_max_size'], keep=p['decision_log_keep'])
     try:
         spec = _proxy.desired_spec(
             p['image'],
@@ -299,7 +309,7 @@ def main():
             network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
             health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'],
             guard=deploy_paths['guard_conf'] if deploy_paths and p['mount_endpoints'] else None, limits=limits,
-            shard_bound=p['shard_bound'])
+            shard_bound=p['shard_bound'], decision_log=decision_log)
     except _proxy.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 
@@ -323,6 +333,11 @@ def main():
                 if os.path.islink(path):
                     module.fail_json(msg='%s is a symlink; the proxy mounts it as a single file. Replace it '
                                          'with the real file. Nothing was changed.' % path, **result)
+            if spec.get('log_mount'):
+                try:
+                    manager.check_log_dir()
+                except _proxy.ProxyError as exc:
+                    module.fail_json(msg=str(exc), **result)
             missing = manager.missing_sources()
             if missing:
                 module.fail_json(msg='Mount source(s) missing: %s. Lay out the deployment folder first '
@@ -384,6 +399,8 @@ def main():
                                                           % p['state']), **result)
         if p['state'] != 'absent':
             manager.ensure_network(internal=p['network_internal'])
+            if manager.ensure_log_dir():
+                result['changed'] = True
         old_networks = _proxy.reattach_networks(obs, p['network']) if obs else []
         container = manager.apply(actions, container, old_networks)
         if plan and not module.check_mode:

@@ -18,6 +18,7 @@ touches a real deployment on the same daemon and parallel runs stay apart.
 The images come from ``tests/images/build.yml`` (``./run test`` builds them).
 """
 
+import contextlib
 import json
 import os
 import shlex
@@ -29,7 +30,10 @@ import pytest
 docker = pytest.importorskip('docker')
 from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload  # noqa: E402
 
 # A tunnel held open by a client across a reload: argv = proxy, host, port, file prefix. It writes
 # <prefix>-open (the CONNECT status line), waits (at most 120 s) for <prefix>-go, then sends a GET
@@ -83,6 +87,71 @@ ALLOWLIST = [
     {'host': 'plain.test', 'comment': 'plain http (fake)'},
     {'host': 'loopback.test', 'comment': 'resolves to 127.0.0.1 inside the proxy'},
 ]
+
+
+# argv: proxy, CONNECT target (host:port), SNI ('-' none), path, mode ('tls' or 'plain'). Prints one JSON
+# line: the CONNECT status line, and what the tunnel gave back (the upstream's status line, or the error).
+TLS_CLIENT = r'''
+import json, socket, ssl, sys
+proxy, target, sni, path, mode = sys.argv[1:6]
+out = dict(connect=None, answer=None, error=None)
+try:
+    s = socket.create_connection((proxy, 3128), timeout=8)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    out["connect"] = head.split(b"\r\n")[0].decode("latin-1")
+    if " 200 " in out["connect"] + " ":
+        request = ("GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" % (path, target.rsplit(":", 1)[0])).encode()
+        if mode == "plain":
+            s.sendall(request)
+            t = s
+        else:
+            ctx = ssl._create_unverified_context()
+            t = ctx.wrap_socket(s, server_hostname=None if sni == "-" else sni)
+            t.sendall(request)
+        data = t.recv(200)
+        out["answer"] = data.split(b"\r\n")[0].decode("latin-1") if data else ""
+except Exception as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+'''
+
+
+
+def tls_attempt(env, container, target, sni, mode='tls', upstream=None):
+    """One TLS_CLIENT attempt from ``container`` (on a job network); returns (result, whether the upstream
+    logged the attempt's own path, i.e. whether anything reached it)."""
+    path = '/v1/it25-%d-%d' % (os.getpid(), time.monotonic_ns())
+    wrapped = ['timeout', '20', 'python3', '-c', TLS_CLIENT, env.proxy, target, sni, path, mode]
+    rc, out = env.client.containers.get(container).exec_run(wrapped)
+    out = (out or b'').decode('utf-8', 'replace')
+    assert rc == 0, out
+    result = json.loads(out.strip().splitlines()[-1])
+    time.sleep(0.3)  # the fake upstream logs a request as it answers it
+    logged = path in env.client.api.logs(upstream or env.fake).decode('utf-8', 'replace')
+    return result, logged
+
+
+@contextlib.contextmanager
+def listed_entry(env, entry):
+    """``entry`` on the allowlist for the block (written in place, reloaded, restored after)."""
+    paths = _deployment.Layout(env.deploy_dir).paths
+    with open(paths['allowlist']) as handle:
+        before = handle.read()
+    proxy = env.client.containers.get(env.proxy)
+    try:
+        _files.write_in_place(paths['allowlist'], before + '%s\n' % entry)
+        _reload.reload_family(env.client, proxy, paths)
+        yield entry
+    finally:
+        _files.write_in_place(paths['allowlist'], before)
+        _reload.reload_family(env.client, proxy, paths)
+
 
 
 def ansible_env():

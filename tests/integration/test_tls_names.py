@@ -9,66 +9,22 @@ reached it: each attempt asks for a path of its own, so "not in the log" means t
 arrived. Every socket has a timeout; nothing leaves the machine.
 """
 
-import contextlib
-import json
-import os
 import time
 
 import pytest
 
 docker = pytest.importorskip('docker')
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload  # noqa: E402
+from conftest import listed_entry, tls_attempt  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-# argv: proxy, CONNECT target (host:port), SNI ('-' none), path, mode ('tls' or 'plain'). Prints one JSON
-# line: the CONNECT status line, and what the tunnel gave back (the upstream's status line, or the error).
-CLIENT = r'''
-import json, socket, ssl, sys
-proxy, target, sni, path, mode = sys.argv[1:6]
-out = dict(connect=None, answer=None, error=None)
-try:
-    s = socket.create_connection((proxy, 3128), timeout=8)
-    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        head += chunk
-    out["connect"] = head.split(b"\r\n")[0].decode("latin-1")
-    if " 200 " in out["connect"] + " ":
-        request = ("GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" % (path, target.rsplit(":", 1)[0])).encode()
-        if mode == "plain":
-            s.sendall(request)
-            t = s
-        else:
-            ctx = ssl._create_unverified_context()
-            t = ctx.wrap_socket(s, server_hostname=None if sni == "-" else sni)
-            t.sendall(request)
-        data = t.recv(200)
-        out["answer"] = data.split(b"\r\n")[0].decode("latin-1") if data else ""
-except Exception as exc:
-    out["error"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(out))
-'''
-
 
 def _try(env, target, sni, mode='tls', upstream=None):
     """One attempt from the job network's client; returns (result, whether the upstream logged its path).
 
     ``upstream``: the container whose log tells whether the request arrived (the fake upstream).
     """
-    path = '/v1/it25-%d-%d' % (os.getpid(), time.monotonic_ns())
-    rc, out = env.exec_client(['python3', '-c', CLIENT, env.proxy, target, sni, path, mode], timeout=20)
-    assert rc == 0, out
-    result = json.loads(out.strip().splitlines()[-1])
-    time.sleep(0.3)  # the fake upstream logs a request as it answers it
-    logged = path in env.client.api.logs(upstream or env.fake).decode('utf-8', 'replace')
-    return result, logged
+    return tls_attempt(env, env.client_container, target, sni, mode=mode, upstream=upstream)
 
 
 def test_an_sni_that_the_connect_does_not_name_is_cut_and_reaches_nothing(egress_env):
@@ -104,26 +60,10 @@ def test_a_denied_host_is_still_squids_403_with_no_tls_at_all(egress_env):
     assert result['answer'] is None and not logged, result
 
 
-@contextlib.contextmanager
-def _listed(env, entry):
-    """``entry`` on the allowlist for the block (written in place, reloaded, restored after)."""
-    paths = _deployment.Layout(env.deploy_dir).paths
-    with open(paths['allowlist']) as handle:
-        before = handle.read()
-    proxy = env.client.containers.get(env.proxy)
-    try:
-        _files.write_in_place(paths['allowlist'], before + '%s\n' % entry)
-        _reload.reload_family(env.client, proxy, paths)
-        yield entry
-    finally:
-        _files.write_in_place(paths['allowlist'], before)
-        _reload.reload_family(env.client, proxy, paths)
-
-
 @pytest.fixture
-def ip_listed(egress_env):
+def iplisted_entry(egress_env):
     """The fake upstream's address on the allowlist for the test."""
-    with _listed(egress_env, egress_env.fake_ip()) as address:
+    with listed_entry(egress_env, egress_env.fake_ip()) as address:
         yield address
 
 
@@ -147,7 +87,7 @@ def plain_443(egress_env):
         deadline = time.monotonic() + 20
         while 'Serving HTTP' not in api.logs(name).decode('utf-8', 'replace') and time.monotonic() < deadline:
             time.sleep(0.2)
-        with _listed(egress_env, 'plain443.test'):
+        with listed_entry(egress_env, 'plain443.test'):
             yield name
     finally:
         api.remove_container(name, force=True)

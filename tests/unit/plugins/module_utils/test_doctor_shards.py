@@ -136,7 +136,7 @@ SHARD_IDS = [line_id for line_id in _doctor_lines.LINE_IDS
 
 
 def test_every_shard_id_is_the_variant_of_a_proxy_line_with_the_shard_in_its_wording():
-    assert len(SHARD_IDS) == 15
+    assert len(SHARD_IDS) == 19
     for line_id in SHARD_IDS:
         base = line_id.replace('.shard_', '.')
         assert _doctor_lines.shard_line_id(base) == line_id
@@ -213,8 +213,8 @@ def test_through_shard(line, line_id, text):
 def test_shard_notrun_lines_per_shard_probe_and_endpoint_probe():
     canary, endpoint_lines = _doctor_shards.shard_notrun_lines(
         [member(1), member(2)], [(EP, kind) for kind in _doctor_probes.ENDPOINT_PROBES], 'the proxy is not running')
-    assert [line.id for line in canary] == ['canary.shard_notrun'] * 6
-    assert [line.message for line in canary][:3] == [
+    assert [line.id for line in canary] == ['canary.shard_notrun'] * 10
+    assert [line.message for line in canary][:5] == [
         'Egress canary probe %s did not run through %s (the proxy is not running)' % (probe, S1)
         for probe in _doctor_probes.PROBES]
     assert [line.id for line in endpoint_lines] == ['endpoint.shard_notrun'] * 6
@@ -389,6 +389,9 @@ PASSING = {
     "'https://api.provider.test/'": output(401, 200),
     "'https://denied.test/'": output(0, 403),
     "'http://api.provider.test:443/'": output(403, 0, 'ERR_ACCESS_DENIED 0'),
+    # the TLS name check cuts both: the tunnel opened (200), nothing answered (0)
+    "--connect-to 'denied.test:443:api.provider.test:443' 'https://denied.test/'": output(0, 200),
+    "-p 'http://api.provider.test:443/'": output(0, 200),
     "-p 'http://models.test:11434/v1/models'": output(200, 200),
     "-p 'http://models.test:11435/'": output(0, 403),
     "'http://models.test:11434/v1/models'": output(403, 0, 'ERR_ACCESS_DENIED 0'),
@@ -465,6 +468,10 @@ def image_present(monkeypatch):
 
 
 NET = 'pi-dispatch-egress-doctor-%d' % OWN
+CANARY_OK = [('canary.provider', 'ok'), ('canary.deny', 'ok'), ('canary.plain', 'ok'), ('canary.sni', 'ok'),
+             ('canary.tunnel_plain', 'ok')]
+SHARD_OK = [('canary.shard_provider', 'ok'), ('canary.shard_deny', 'ok'), ('canary.shard_plain', 'ok'),
+            ('canary.shard_sni', 'ok'), ('canary.shard_tunnel_plain', 'ok')]
 NET1 = 'pi-dispatch-egress-doctor-%d-shard-1' % OWN
 NET2 = 'pi-dispatch-egress-doctor-%d-shard-2' % OWN
 
@@ -472,11 +479,10 @@ NET2 = 'pi-dispatch-egress-doctor-%d-shard-2' % OWN
 def test_canary_without_shards_is_what_it_was(image_present):
     api = CanaryAPI()
     lines, endpoint_lines, _iso = doctor(api).canary()
-    assert ids(lines) == [('canary.provider', 'ok'), ('canary.deny', 'ok'), ('canary.plain', 'ok')]
+    assert ids(lines) == CANARY_OK
     assert endpoint_lines == []
-    assert sorted(name for name, (net, _s) in api.containers_made.items()) == [
-        'pi-dispatch-egress-probe-deny-%d' % OWN, 'pi-dispatch-egress-probe-plain-%d' % OWN,
-        'pi-dispatch-egress-probe-provider-%d' % OWN]
+    assert sorted(name for name, (net, _s) in api.containers_made.items()) == sorted(
+        'pi-dispatch-egress-probe-%s-%d' % (probe, OWN) for probe in _doctor_probes.PROBES)
     assert [c for c in api.calls if c[0] in ('network create', 'connect', 'disconnect', 'network rm')] == [
         ('network create', NET, True, {'io.pi-dispatch.egress.doctor': str(OWN)}), ('connect', PROXY, NET, None),
         ('disconnect', PROXY, NET), ('network rm', NET)]
@@ -486,9 +492,8 @@ def test_canary_runs_through_every_running_shard(image_present):
     api = CanaryAPI()
     family = [member(0), member(1, load=3), member(2, state='exited', load=1)]
     lines, endpoint_lines, _iso = doctor(api).canary(family)
-    assert ids(lines) == [('canary.provider', 'ok'), ('canary.deny', 'ok'), ('canary.plain', 'ok'),
-                          ('canary.shard_provider', 'ok'), ('canary.shard_deny', 'ok'), ('canary.shard_plain', 'ok')]
-    assert all(S1 in line.message for line in lines[3:])
+    assert ids(lines) == CANARY_OK + SHARD_OK
+    assert all(S1 in line.message for line in lines[5:])
     assert not [line for line in lines if S2 in line.message]  # a stopped shard is not probed
     assert endpoint_lines == []
     # The shard's own network, the shard attached under the proxy's name; its probes on it.
@@ -513,7 +518,7 @@ def test_canary_endpoint_probes_run_through_shards_too(image_present):
     doc = doctor(api)
     doc._endpoints = [EP]
     lines, endpoint_lines, _iso = doc.canary([member(0), member(1)])
-    assert [line.id for line in lines][3:] == ['canary.shard_provider', 'canary.shard_deny', 'canary.shard_plain']
+    assert ids(lines)[5:] == SHARD_OK
     assert ids(endpoint_lines) == [
         ('endpoint.tunnel', 'ok'), ('endpoint.port_exact', 'ok'), ('endpoint.plain', 'ok'),
         ('endpoint.shard_tunnel', 'ok'), ('endpoint.shard_port_exact', 'ok'), ('endpoint.shard_plain', 'ok')]
@@ -522,7 +527,7 @@ def test_canary_endpoint_probes_run_through_shards_too(image_present):
     on = dict((name, net) for name, (net, _s) in api.containers_made.items())
     assert on['pi-dispatch-egress-probe-shard-1-endpoint-tunnel-m1-%d' % OWN] == NET1
     assert on['pi-dispatch-egress-probe-endpoint-tunnel-m1-%d' % OWN] == NET
-    assert len(on) == 12
+    assert len(on) == 16
 
 
 def test_a_shard_that_leaks_is_named(image_present):
@@ -543,10 +548,8 @@ def test_a_shard_network_that_cannot_be_made_is_not_run_and_the_rest_runs(image_
     doc = doctor(api)
     doc._endpoints = [EP]
     lines, endpoint_lines, _iso = doc.canary([member(0), member(1), member(2)])
-    assert ids(lines) == [('canary.provider', 'ok'), ('canary.deny', 'ok'), ('canary.plain', 'ok'),
-                          ('canary.shard_setup', 'notrun'),
-                          ('canary.shard_provider', 'ok'), ('canary.shard_deny', 'ok'), ('canary.shard_plain', 'ok')]
-    assert lines[3].message.startswith('Egress canary could not be set up through %s (creating %s: ' % (S1, NET1))
+    assert ids(lines) == CANARY_OK + [('canary.shard_setup', 'notrun')] + SHARD_OK
+    assert lines[5].message.startswith('Egress canary could not be set up through %s (creating %s: ' % (S1, NET1))
     assert [line.id for line in endpoint_lines[3:6]] == ['endpoint.shard_notrun'] * 3
     assert all(S1 in line.message for line in endpoint_lines[3:6])
     assert all(S2 in line.message for line in endpoint_lines[6:])
@@ -556,8 +559,7 @@ def test_a_shard_network_that_cannot_be_made_is_not_run_and_the_rest_runs(image_
 def test_the_proxy_network_failing_still_runs_the_shards(image_present):
     api = CanaryAPI(fail_create=[NET])
     lines, _endpoint_lines, _iso = doctor(api).canary([member(0), member(1)])
-    assert ids(lines) == [('canary.setup', 'notrun'), ('canary.shard_provider', 'ok'), ('canary.shard_deny', 'ok'),
-                          ('canary.shard_plain', 'ok')]
+    assert ids(lines) == [('canary.setup', 'notrun')] + SHARD_OK
     assert ('network rm', NET) not in api.calls and ('network rm', NET1) in api.calls
 
 
@@ -565,7 +567,7 @@ def test_missing_probe_image_says_every_shard_did_not_run(monkeypatch):
     monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: None)
     api = CanaryAPI()
     lines, _endpoint_lines, _iso = doctor(api).canary([member(0), member(1)])
-    assert ids(lines) == [('canary.setup', 'notrun')] + [('canary.shard_notrun', 'notrun')] * 3
+    assert ids(lines) == [('canary.setup', 'notrun')] + [('canary.shard_notrun', 'notrun')] * 5
     assert api.calls == []
 
 

@@ -271,8 +271,12 @@ def test_render_rules_shape():
     ids = [line.split()[2] for line in lines if line.startswith('# endpoint')]
     assert ids == sorted(ids)
     # the never deny precedes the allow for a name
-    assert lines.index('http_access deny CONNECT pi_ep_mac_ollama_port pi_ep_mac_ollama_host pi_endpoints_never') < \
-        lines.index('http_access allow CONNECT pi_ep_mac_ollama_port pi_ep_mac_ollama_host')
+    assert lines.index('http_access deny CONNECT pi_ep_mac_ollama_port pi_ep_mac_ollama_host pi_endpoints_never '
+                       'pi_ep_r_guard') < \
+        lines.index('http_access allow CONNECT pi_ep_mac_ollama_port pi_ep_mac_ollama_host pi_ep_r_endpoint')
+    # the decision log's reasons: defined in the file itself (it never depends on the rules' ACLs)
+    assert 'acl pi_ep_r_endpoint annotate_transaction pi_reason=endpoint' in lines
+    assert 'acl pi_ep_r_guard annotate_transaction pi_reason=guard' in lines
 
 
 def test_render_refuses_an_address_endpoint_in_the_job_pool():

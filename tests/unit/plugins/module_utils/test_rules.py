@@ -20,14 +20,44 @@ def test_precedence_is_exactly_the_contract():
     assert _access_rules() == [
         'include /etc/pi-dispatch/egress-guard.conf',
         'http_access allow localhost manager',
-        'http_access deny manager',
-        'http_access deny pi_client_conns',
+        'http_access deny manager pi_r_manager',
+        'http_access deny pi_client_conns pi_r_conn_limit',
         'include /etc/pi-dispatch/model-endpoints.conf',
-        'http_access deny pi_allowlist pi_guard',
-        'http_access allow CONNECT pi_port_443 pi_allowlist',
-        'http_access allow !CONNECT pi_port_80 pi_allowlist',
-        'http_access deny all',
+        'http_access deny pi_allowlist pi_guard pi_r_guard',
+        'http_access allow CONNECT pi_port_443 pi_allowlist pi_r_listed pi_r_checked',
+        'http_access allow !CONNECT pi_port_80 pi_allowlist pi_r_listed',
+        'http_access deny !CONNECT pi_port_443 pi_allowlist pi_r_plain_https',
+        'http_access deny pi_allowlist pi_r_port',
+        'http_access deny all pi_r_unlisted',
     ]
+
+
+def test_every_reason_acl_only_annotates_and_ends_its_line():
+    # annotate_transaction always matches: placed last, it marks only the line that decided, and the
+    # decision is the one the line had without it.
+    acls = dict((w[1], w[2:]) for w in _directives() if w[0] == 'acl')
+    reasons = [name for name, words in acls.items() if words[0] == 'annotate_transaction']
+    assert sorted(reasons) == sorted(['pi_r_manager', 'pi_r_conn_limit', 'pi_r_guard', 'pi_r_listed', 'pi_r_checked',
+                                      'pi_r_plain_https', 'pi_r_port', 'pi_r_unlisted'])
+    for words in _directives():
+        if words[0] == 'http_access':
+            marks = [i for i, w in enumerate(words) if w in reasons]
+            assert marks and marks[0] >= 3 and all(words[i] in reasons for i in range(marks[0], len(words))) \
+                or words[1:] == ['allow', 'localhost', 'manager'], words
+
+
+def test_the_decision_log_skips_what_the_tls_check_logs_and_the_health_check():
+    d = [' '.join(w) for w in _directives()]
+    assert 'logfile_daemon /usr/lib/pi-dispatch/decision-logd' in d
+    assert ('access_log daemon:/var/log/pi-dispatch/decisions.jsonl logformat=pi_decision !pi_logged_by_check '
+            '!pi_health') in d
+    assert 'acl pi_logged_by_check all-of pi_stage_checked pi_status_200' in d
+    # the job's own X-Pi-Client is dropped before squid adds the real one, on tunnels to 443 only
+    assert d.index('request_header_access X-Pi-Client deny all') < d.index(
+        'request_header_add X-Pi-Client "%>a" CONNECT pi_port_443')
+    fmt = [w for w in _directives() if w[:2] == ['logformat', 'pi_decision']][0]
+    # never the URL (its path and query) or a header value: host, port and method only
+    assert not [w for w in fmt if w in ('%ru', '%>ru', '%rp', '%>rp') or w.endswith('>h')], fmt
 
 
 def test_allowlist_is_matched_as_written_from_the_mounted_file():
@@ -39,7 +69,7 @@ def test_allowlist_is_matched_as_written_from_the_mounted_file():
 
 def test_guard_is_tested_after_the_allowlist_so_unlisted_names_are_never_resolved():
     guard = [w for w in _directives() if w[:2] == ['http_access', 'deny'] and 'pi_guard' in w]
-    assert guard == [['http_access', 'deny', 'pi_allowlist', 'pi_guard']]
+    assert guard == [['http_access', 'deny', 'pi_allowlist', 'pi_guard', 'pi_r_guard']]
 
 
 def test_version_and_includes():
