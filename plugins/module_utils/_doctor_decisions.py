@@ -63,11 +63,11 @@ def decisions_line(folder, now=None, window=WINDOW, top=TOP):
                     'Decision log: no job was refused in the last %s (%d decisions read from %d files in %s)'
                     % (span, len(records), len(files), folder))
     summary = _decisions.summarize(refused, top=top)
+    unreadable = '; %d unreadable lines' % len(problems) if problems else ''
     reasons = ', '.join('%s %d' % (reason, count) for reason, count in
                         sorted(summary['by_reason'].items(), key=lambda item: (-item[1], str(item[0]))))
     return Line('decisions.refusals', 'warn',
                 'Decision log: %d requests refused in the last %s; top hosts: %s; jobs: %s; reasons: %s'
                 % (len(refused), span, _counts(summary['refused_hosts']), _counts(summary['refused_jobs']), reasons),
                 fix='%s shows each one; a host a job needs goes into egress-allowlist.conf (replayed before it '
-                    'applies: site.yml --check --diff)%s' % (READ_FIX, '; %d unreadable lines' % len(problems)
-                                                              if problems else ''))
+                    'applies: site.yml --check --diff)%s' % (READ_FIX, unreadable))

@@ -246,7 +246,9 @@ def render(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None,
     out.append('# Job-network pool: %s\n' % ipaddress.ip_network(pool, strict=False))
     # A gateway inside the pool (every job network's) is refused with the pool: leaving it out keeps
     # the file the same bytes while job networks come and go.
-    gws = sorted(set(str(ipaddress.ip_address(g)) for g in outside_pool(gateways, pool)), key=ipaddress.ip_address)
+    # IPv4 first, then IPv6 (a daemon with an IPv6 network reports gateways of both; they do not compare)
+    gws = sorted(set(str(ipaddress.ip_address(g)) for g in outside_pool(gateways, pool)),
+                 key=lambda g: (ipaddress.ip_address(g).version, ipaddress.ip_address(g)))
     out.append('# Network gateways outside the pool (this host): %s\n' % (', '.join(gws) or 'none known'))
     out.append('# host-gateway (host.docker.internal): %s\n' % (host_gateway or 'not known'))
     kept = kept_inside(opened, gateways, host_gateway)

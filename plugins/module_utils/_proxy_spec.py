@@ -286,8 +286,8 @@ def _settings(spec, obs, image_id):
         ('mounts', sorted((m['source'], m['destination']) for m in obs['mounts'] if m['type'] == 'bind'),
          sorted((src, dst) for src, dst in _all_mounts(spec)), None),
         ('read-write mounts', writable, _writable(spec),
-         'mounts: %s mounted read-write, wanted %s' % (', '.join(writable) or 'none',
-                                                         ', '.join(_writable(spec)) or 'every mount read-only')),
+         'mounts: %s mounted read-write, wanted %s' % (
+             ', '.join(writable) or 'none', ', '.join(_writable(spec)) or 'every mount read-only')),
         ('environment', obs.get('environment', {}), spec.get('environment', {}), None),
         ('on network %s' % spec['network'], spec['network'] in obs['networks'], True,
          'networks: not on %s' % spec['network']),

@@ -25,6 +25,12 @@ CONTAINER_GUARD = '/etc/pi-dispatch/egress-guard.conf'
 PROXY_PORT = 3128
 # The decision log's folder (a host folder the proxy and its shards mount read-write).
 CONTAINER_DECISION_LOG_DIR = '/var/log/pi-dispatch'
+# The decision log's record of the proxy's squid, which the image's decision-log program reads (the TLS
+# name check's, in peek.conf, has the same fields): v1, the source, time, client address and port, method,
+# host, port, SNI (none here), reason, stage, status, squid status, bytes each way, ms, error, bump mode and
+# the job's address (none here). Never the URL's path or query, never a header value.
+DECISION_FORMAT = ('v1 proxy %ts.%03tu %#>a %>p %#rm %#>rd %>rP - %#{pi_reason}note %#{pi_stage}note %>Hs %#Ss '
+                   '%>st %<st %tr %#err_code - -')
 # The TLS name check the image runs beside squid (roles/proxy/files/peek.conf), loopback only.
 PEEK_PORT = 3129
 
@@ -113,7 +119,7 @@ httpd_suppress_version_string on
 # /var/log/pi-dispatch/<container>.decisions.jsonl, the host folder the proxy mounts there
 # (egress_decision_log_dir), and rotates it by size. A tunnel the TLS name check passed is logged
 # by the check, with its SNI; the container's own health check is not logged.
-logformat pi_decision v1 proxy %%ts.%%03tu %%#>a %%>p %%#rm %%#>rd %%>rP - %%#{pi_reason}note %%#{pi_stage}note %%>Hs %%#Ss %%>st %%<st %%tr %%#err_code - -
+logformat pi_decision %(decision_format)s
 logfile_daemon /usr/lib/pi-dispatch/decision-logd
 acl pi_stage_checked note pi_stage checked
 acl pi_status_200 http_status 200
@@ -132,7 +138,7 @@ shutdown_lifetime 2 seconds
 pinger_enable off
 """ % dict(version=RULES_VERSION, port=PROXY_PORT, allowlist=CONTAINER_ALLOWLIST,
            endpoints=CONTAINER_ENDPOINTS, guard=CONTAINER_GUARD, peek_port=PEEK_PORT,
-           log_dir=CONTAINER_DECISION_LOG_DIR)
+           log_dir=CONTAINER_DECISION_LOG_DIR, decision_format=DECISION_FORMAT)
 
 
 def packaged_rules():

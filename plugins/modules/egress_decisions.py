@@ -17,7 +17,7 @@ description:
     folder, C(<deploy_dir>/decisions) by default (role variable C(egress_decision_log_dir)); see
     C(docs/decisions.md) for the fields and the reasons.
   - This module reads every file of that folder (the rotated ones too), keeps the decisions that match
-    every filter given (I(job), I(host), I(verdict), I(reason), the time window I(since) to I(until)),
+    every filter given (I(job), I(host), I(verdict), I(reason), the time window I(since) to I(before)),
     and returns the last I(limit) of them with counts per verdict, reason, job and host.
   - With I(replay_allowlist) or I(replay_entries) it replays the recorded requests that the allowlist
     decides against that candidate and reports what would change against the current allowlist (the
@@ -55,7 +55,7 @@ options:
       - The start of the window, a span back from now (C(30m), C(1h), C(7d)), an ISO 8601 UTC time
         (C(2026-12-05T21:00:00Z)) or epoch seconds. Unset reads from the oldest line kept.
     type: str
-  until:
+  before:
     description: The end of the window, written like I(since). Unset reads to the newest line.
     type: str
   limit:
@@ -122,7 +122,9 @@ count:
   returned: always
   type: int
 summary:
-  description: Counts of the matching decisions (total, allowed, refused, by_reason, jobs, hosts, refused_jobs, refused_hosts).
+  description:
+    - Counts of the matching decisions (total, allowed, refused, by_reason, jobs, hosts, refused_jobs,
+      refused_hosts).
   returned: always
   type: dict
 files:
@@ -191,7 +193,7 @@ def main():
         verdict=dict(type='str', choices=list(_decisions.VERDICTS)),
         reason=dict(type='str'),
         since=dict(type='str'),
-        until=dict(type='str'),
+        before=dict(type='str'),
         limit=dict(type='int', default=50),
         top=dict(type='int', default=10),
         replay_allowlist=dict(type='path'),
@@ -213,7 +215,7 @@ def main():
     folder = p['folder'] or os.path.join(p['deploy_dir'], _decisions.DEFAULT_FOLDER)
     try:
         since = _decisions.parse_time(p['since'], key='since')
-        until = _decisions.parse_time(p['until'], key='until')
+        until = _decisions.parse_time(p['before'], key='before')
         _decisions.check_filters(job=p['job'], host=p['host'], verdict=p['verdict'], reason=p['reason'])
         records, problems, warnings = _decisions.read_records(folder, since=since, until=until)
         files = _decisions.log_files(folder)[0]

@@ -122,7 +122,6 @@ print(json.dumps(out))
 '''
 
 
-
 def tls_attempt(env, container, target, sni, mode='tls', upstream=None):
     """One TLS_CLIENT attempt from ``container`` (on a job network); returns (result, whether the upstream
     logged the attempt's own path, i.e. whether anything reached it)."""
@@ -151,7 +150,6 @@ def listed_entry(env, entry):
     finally:
         _files.write_in_place(paths['allowlist'], before)
         _reload.reload_family(env.client, proxy, paths)
-
 
 
 def ansible_env():

@@ -71,9 +71,13 @@ def test_healthy_deployment_all_pass(egress_env, tmp_path):
     rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'healthy')
     assert rc == 0, out[-4000:]
     for line_id in ('proxy.running', 'proxy.health', 'proxy.rules', 'canary.provider', 'canary.deny',
-                    'canary.plain'):
+                    'canary.plain', 'canary.sni', 'canary.tunnel_plain'):
         assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
     assert '401' in by_id['canary.provider']['message']
+    # the decision log: earlier tests were refused on purpose, so a summary (never the doctor's own probes)
+    decisions = [line for line in lines if line['id'].startswith('decisions.')]
+    assert [line['id'] for line in decisions] in (['decisions.refusals'], ['decisions.quiet']), decisions
+    assert 'pi-dispatch-egress-doctor-' not in decisions[0]['message'], decisions
     assert 'ERR_ACCESS_DENIED' in by_id['canary.plain']['message']
     # Two real job networks, one peer each: each reached the proxy and not the other.
     assert by_id['isolation.peers']['status'] == 'ok', (by_id.get('isolation.peers'), lines)
@@ -422,7 +426,8 @@ def test_a_fresh_deployment_without_the_job_image_runs_every_canary_line(egress_
     line = by_id['canary.probe_image']
     assert line['status'] == 'ok' and 'pi-dispatch-egress-probe:it' in line['message'], line
     assert 'pi-dispatch-job:latest is not on this daemon' in line['message']
-    for line_id in ('canary.provider', 'canary.deny', 'canary.plain', 'isolation.peers'):
+    for line_id in ('canary.provider', 'canary.deny', 'canary.plain', 'canary.sni', 'canary.tunnel_plain',
+                    'isolation.peers'):
         assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
     assert not [line for line in lines if line['status'] == 'notrun'
                 and line['id'].split('.')[0] in ('canary', 'endpoints', 'isolation')], lines

@@ -7,8 +7,10 @@ already carries, so two job networks go to the proxy and the third to a new shar
 every probe is bounded (curl --max-time, nc -w, a few tries at most).
 """
 
+import json
 import os
 import shlex
+import time
 
 import pytest
 
@@ -57,7 +59,6 @@ def _health_test_passes(client, container):
 
 def _docker_says_healthy(client, container, limit=_shards.SHARD_HEALTH_INTERVAL + 30):
     """Wait (bounded) for Docker's own verdict, which a shard gets at its first scheduled check."""
-    import time
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         status = client.api.inspect_container(container)['State'].get('Health', {}).get('Status')
@@ -144,6 +145,20 @@ def test_a_job_on_the_shard_reaches_the_allowed_host_and_is_denied_the_rest(shar
         assert connect == 403 and rc != 0, container.name
         rc, _connect, code = _curl(container, proxy, 'http://denied.test/')
         assert code == 403, container.name
+    # each member writes the decision log under its own name, with the job it carries
+    folder = os.path.join(sharded['env'].deploy_dir, 'decisions')
+    for job, member in ((sharded['jobs'][0], proxy), (sharded['jobs'][2], sharded['shard'])):
+        for name, host, reason in (('tls-decisions', 'api.provider.test', 'sni_ok'),
+                                   ('decisions', 'denied.test', 'unlisted')):
+            path = os.path.join(folder, '%s.%s.jsonl' % (member, name))
+            found = []
+            for _try in range(20):   # a tunnel's line is written as it closes
+                with open(path) as handle:
+                    found = [json.loads(line) for line in handle if job in line]
+                if any(r['host'] == host and r['reason'] == reason for r in found):
+                    break
+                time.sleep(0.3)
+            assert any(r['host'] == host and r['reason'] == reason and r['job'] == job for r in found), (path, found)
 
 
 def test_jobs_cannot_reach_each_other_across_shards(sharded):
@@ -214,10 +229,11 @@ def test_the_doctor_reports_both_members_and_runs_the_canary_through_the_shard(s
     assert family['status'] == 'ok', family
     assert 'family of 2' in family['message'] and '%s (running, healthy' % proxy in family['message']
     assert '%s (running, healthy, 1 job network' % shard in family['message'], family
-    for line_id in ('canary.provider', 'canary.deny', 'canary.plain'):
+    for line_id in ('canary.provider', 'canary.deny', 'canary.plain', 'canary.sni', 'canary.tunnel_plain'):
         assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id))
         assert shard not in by_id[line_id]['message']
-    for line_id in ('canary.shard_provider', 'canary.shard_deny', 'canary.shard_plain'):
+    for line_id in ('canary.shard_provider', 'canary.shard_deny', 'canary.shard_plain', 'canary.shard_sni',
+                    'canary.shard_tunnel_plain'):
         assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
         assert 'through %s' % shard in by_id[line_id]['message']
     assert '401' in by_id['canary.shard_provider']['message']
@@ -244,7 +260,6 @@ def test_a_stopped_proxy_with_a_serving_shard_is_checked_through_the_shard(shard
     """Issue 24: the proxy down, its shard up: the shard's job keeps egress, so the doctor says so and
     proves the policy through the shard instead of skipping every check."""
     from test_doctor import run_doctor
-    import time
     client, proxy, shard = sharded['client'], sharded['proxy'], sharded['shard']
     on_shard = sharded['containers'][2]
     client.api.stop(proxy, timeout=10)

@@ -63,10 +63,13 @@ def test_container_shape(egress_env):
         '/etc/pi-dispatch/model-endpoints.conf': 'model-endpoints.conf',
         '/etc/pi-dispatch/egress-guard.conf': 'egress-guard.conf',
     }
-    assert set(mounts) == set(want)
+    # the decision log's folder is the one mount the proxy writes to
+    assert set(mounts) == set(want) | {'/var/log/pi-dispatch'}
     for dest, rel in want.items():
         assert mounts[dest]['Source'] == os.path.join(egress_env.deploy_dir, rel)
         assert mounts[dest]['RW'] is False
+    assert mounts['/var/log/pi-dispatch']['Source'] == os.path.join(egress_env.deploy_dir, 'decisions')
+    assert mounts['/var/log/pi-dispatch']['RW'] is True
     assert not any('docker.sock' in m['Source'] for m in attrs['Mounts'])
     nets = attrs['NetworkSettings']['Networks']
     assert egress_env.upstream_net in nets

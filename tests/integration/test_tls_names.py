@@ -19,6 +19,7 @@ from conftest import listed_entry, tls_attempt  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
+
 def _try(env, target, sni, mode='tls', upstream=None):
     """One attempt from the job network's client; returns (result, whether the upstream logged its path).
 
@@ -61,7 +62,7 @@ def test_a_denied_host_is_still_squids_403_with_no_tls_at_all(egress_env):
 
 
 @pytest.fixture
-def iplisted_entry(egress_env):
+def ip_listed(egress_env):
     """The fake upstream's address on the allowlist for the test."""
     with listed_entry(egress_env, egress_env.fake_ip()) as address:
         yield address

@@ -1,13 +1,14 @@
 """Fake upstream for the egress tests: answers like a provider.
 
 HTTPS (self-signed) on 443 and 8443, plain HTTP on 80 and 8080, and any
-extra ports given with --http / --https. Every answer is a 401 with a JSON
+extra ports given with --http / --https, on IPv6 and IPv4 when the container has IPv6. Every answer is a 401 with a JSON
 body naming the Host header and the port, so a test can tell which server
 answered; GET /v1/models answers 200 with a model list (a model server).
 """
 import argparse
 import json
 import os
+import socket
 import ssl
 import subprocess
 import threading
@@ -41,9 +42,22 @@ def make_handler(port, scheme):
     return Handler
 
 
+class DualStackServer(ThreadingHTTPServer):
+    """IPv6 and IPv4 on one socket (an IPv6 network's tests reach the same ports)."""
+    address_family = socket.AF_INET6
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
 def bind(port, tls, certdir):
     """Bind the listening socket now, so "ready" is printed only once every port accepts."""
-    httpd = ThreadingHTTPServer(('', port), make_handler(port, 'https' if tls else 'http'))
+    handler = make_handler(port, 'https' if tls else 'http')
+    try:
+        httpd = DualStackServer(('::', port), handler)
+    except OSError:  # IPv6 is off in this container (no IPv6 network): IPv4 only, as before
+        httpd = ThreadingHTTPServer(('', port), handler)
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(os.path.join(certdir, 'cert.pem'), os.path.join(certdir, 'key.pem'))

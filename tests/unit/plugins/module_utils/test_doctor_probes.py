@@ -281,3 +281,39 @@ def test_peer_address_is_the_last_usable():
 ])
 def test_probe_of_network(probe, net, expect):
     assert _doctor_sweep.probe_of_network(probe, net, 12) is expect
+
+
+# --- the TLS name check's probes (issue 25) -----------------------------------------------------------
+
+@pytest.mark.parametrize('fn, res, expect', [
+    ('sni', result(connect=200, code=0, rc=35, error='SSL connect error'), ('canary.sni', 'ok')),
+    ('sni', result(connect=200, code=0, rc=56), ('canary.sni', 'ok')),
+    ('sni', result(connect=200, code=401), ('canary.sni_leaks', 'fail')),
+    ('sni', result(connect=200, code=200), ('canary.sni_leaks', 'fail')),
+    ('sni', result(connect=403), ('canary.notrun', 'notrun')),
+    ('sni', result(connect=503), ('canary.notrun', 'notrun')),
+    ('sni', result(connect=0, rc=28, error='timeout'), ('canary.notrun', 'notrun')),
+    ('sni', None, ('canary.notrun', 'notrun')),
+    ('tunnel_plain', result(connect=200, code=0, rc=52), ('canary.tunnel_plain', 'ok')),
+    ('tunnel_plain', result(connect=200, code=400), ('canary.tunnel_plain_leaks', 'fail')),
+    ('tunnel_plain', result(connect=200, code=404), ('canary.tunnel_plain_leaks', 'fail')),
+    ('tunnel_plain', result(connect=403), ('canary.notrun', 'notrun')),
+    ('tunnel_plain', None, ('canary.notrun', 'notrun')),
+])
+def test_tls_check_probes(fn, res, expect):
+    if fn == 'sni':
+        line = _doctor_probes.classify_sni('api.provider.test', 'denied.test', res, why_not='it did not start')
+    else:
+        line = _doctor_probes.classify_tunnel_plain('api.provider.test', res, why_not='it did not start')
+    assert (line.id, line.status) == expect, line
+    assert 'api.provider.test' in line.message or line.status == 'notrun'
+    if line.status == 'fail':
+        assert 'egress_upgrade_refresh_rules=true' in line.fix
+
+
+def test_the_sni_probe_tunnels_to_the_provider_with_a_hello_for_the_deny_host():
+    script = _doctor_probes.probe_script('https://denied.test/', 'http://proxy:3128', 5,
+                                         connect_to='denied.test:443:api.provider.test:443')
+    assert "--connect-to 'denied.test:443:api.provider.test:443' 'https://denied.test/'" in script
+    plain = _doctor_probes.probe_script('http://api.provider.test:443/', 'http://proxy:3128', 5, tunnel=True)
+    assert "-p 'http://api.provider.test:443/'" in plain and '--connect-to' not in plain

@@ -125,3 +125,17 @@ def test_subtract_is_exact():
     nets = G.subtract([ipaddress.ip_network('10.0.0.0/8')], [ipaddress.ip_network('10.47.0.0/16')])
     assert not any(ipaddress.ip_address('10.47.1.1') in n for n in nets)
     assert sum(n.num_addresses for n in nets) == 2 ** 24 - 2 ** 16
+
+
+def test_a_daemon_with_an_ipv6_network_renders_and_opens_its_ula_but_never_its_gateway():
+    # found by test_ipv6.py: the gateways of an IPv6-enabled network are of both versions (they did not sort)
+    gateways = ['fd47:25:12ab::1', '172.19.0.1', '10.47.0.1', 'fd47:25:1::1']
+    opened = G.validate(['fd47:25:12ab::/64'], gateways=gateways, host_gateway=HOST_GW)
+    text = G.render(opened, gateways=gateways, host_gateway=HOST_GW)
+    assert text == G.render(opened, gateways=list(reversed(gateways)), host_gateway=HOST_GW)
+    assert '# Network gateways outside the pool (this host): 172.19.0.1, fd47:25:1::1, fd47:25:12ab::1' in text
+    assert '# Refused although inside an opened range: fd47:25:12ab::1' in text
+    nets = G.acl_networks(text)
+    assert not G.covers(nets, 'fd47:25:12ab::10') and G.covers(nets, 'fd47:25:12ab::1')
+    for address in ('::1', 'fe80::1', 'fd12:3456::5', 'fd00:ec2::254', '::', 'fd47:25:1::9'):
+        assert G.covers(nets, address), address

@@ -298,3 +298,71 @@ def test_the_shard_bound_label_is_compared_both_ways(wanted, running_label, diff
     if differs:
         wanted_text = None if wanted is None else str(wanted)
         assert diffs == ['labels: %s is %r, wanted %r' % (BOUND, running_label, wanted_text)]
+
+
+# --- the decision log's folder and environment (issue 25) -------------------------------------------
+
+LOG = dict(dir='/d/decisions', max_size='1m', keep=3)
+
+
+def _log_attrs(spec, rw=True, env=None):
+    mounts = [{'Type': 'bind', 'Source': s, 'Destination': d, 'RW': False} for s, d in spec['mounts']]
+    mounts.append({'Type': 'bind', 'Source': spec['log_mount'][0], 'Destination': spec['log_mount'][1], 'RW': rw})
+    attrs = _attrs(spec, mounts=mounts)
+    attrs['Config']['Env'] = env if env is not None else ['PATH=/usr/bin'] + [
+        '%s=%s' % item for item in sorted(spec['environment'].items())]
+    return attrs
+
+
+def test_the_decision_log_is_one_read_write_folder_and_three_variables():
+    spec = _spec(decision_log=LOG)
+    assert spec['log_mount'] == ('/d/decisions', '/var/log/pi-dispatch')
+    assert spec['environment'] == {'PI_EGRESS_DECISION_LOG_NAME': 'pi-dispatch-egress-proxy',
+                                   'PI_EGRESS_DECISION_LOG_MAX_BYTES': str(1024 * 1024),
+                                   'PI_EGRESS_DECISION_LOG_KEEP': '3'}
+    assert _proxy.create_kwargs(spec)['environment'] == spec['environment']
+    assert _proxy.differences(spec, _proxy.observed(_log_attrs(spec)), 'sha256:img') == []
+    # read-only, missing, or other variables: each a difference, so the proxy is replaced
+    assert any('read-write' in d for d in _proxy.differences(spec, _proxy.observed(_log_attrs(spec, rw=False)),
+                                                             'sha256:img'))
+    assert any(d.startswith('environment') for d in _proxy.differences(
+        spec, _proxy.observed(_log_attrs(spec, env=['PATH=/usr/bin'])), 'sha256:img'))
+    old = _proxy.observed(_attrs(spec))   # a proxy from before the decision log
+    assert any(d.startswith('mounts') for d in _proxy.differences(spec, old, 'sha256:img'))
+    # and without one, nothing of it is wanted
+    assert _spec()['log_mount'] is None and _spec()['environment'] == {}
+
+
+@pytest.mark.parametrize('log, needle', [
+    (dict(dir='relative/path'), 'egress_decision_log_dir'),
+    (dict(dir=''), 'egress_decision_log_dir'),
+    (dict(dir='/d', max_size='10x'), 'egress_decision_log_max_size'),
+    (dict(dir='/d', max_size='1k'), 'below 64k'),
+    (dict(dir='/d', keep=-1), 'egress_decision_log_keep'),
+    (dict(dir='/d', keep=101), 'egress_decision_log_keep'),
+    (dict(dir='/d', keep=True), 'egress_decision_log_keep'),
+])
+def test_bad_decision_log_settings_name_the_variable(log, needle):
+    with pytest.raises(_proxy.ProxyError) as info:
+        _spec(decision_log=log)
+    assert needle in str(info.value)
+
+
+def test_the_log_folder_is_made_for_the_proxy_user_and_a_symlink_is_refused(tmp_path, monkeypatch):
+    chowned = []
+    monkeypatch.setattr(_proxy.os, 'chown', lambda path, uid, gid: chowned.append((path, uid, gid)))
+    folder = tmp_path / 'decisions'
+    manager = _proxy.ProxyManager(None, _spec(decision_log=dict(dir=str(folder))), check_mode=True)
+    assert manager.ensure_log_dir() and not folder.exists() and chowned == []   # check mode: said, not done
+    manager = _proxy.ProxyManager(None, _spec(decision_log=dict(dir=str(folder))))
+    assert manager.ensure_log_dir()
+    assert folder.is_dir() and oct(folder.stat().st_mode & 0o777) == '0o750'
+    assert chowned == [(str(folder), 13, 13)]
+    (tmp_path / 'link').symlink_to(folder)
+    manager = _proxy.ProxyManager(None, _spec(decision_log=dict(dir=str(tmp_path / 'link'))))
+    with pytest.raises(_proxy.ProxyError) as info:
+        manager.ensure_log_dir()
+    assert 'is a symlink' in str(info.value) and 'Nothing was changed' in str(info.value)
+    (tmp_path / 'afile').write_text('x')
+    with pytest.raises(_proxy.ProxyError):
+        _proxy.ProxyManager(None, _spec(decision_log=dict(dir=str(tmp_path / 'afile')))).check_log_dir()

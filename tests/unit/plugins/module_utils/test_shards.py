@@ -645,3 +645,13 @@ def test_create_again_keeps_the_network_from_the_daemons_refusal():
     again = jn.create_job_network(d, 'j', routes=[])
     assert (again.changed, again.subnet, again.proxy) == (False, first.subnet, P)
     assert d.calls == {'create_network': 1, 'inspect_network': 1}   # refused (the name exists), inspected
+
+
+def test_each_shard_writes_the_decision_log_under_its_own_name():
+    attrs = dict(PROXY_ATTRS, Config=dict(PROXY_ATTRS['Config'], Env=[
+        'PATH=/usr/bin', 'PI_EGRESS_DECISION_LOG_NAME=%s' % P, 'PI_EGRESS_DECISION_LOG_KEEP=5']))
+    spec = sh.clone_spec(attrs, P, 3)
+    assert spec['environment'] == ['PATH=/usr/bin', 'PI_EGRESS_DECISION_LOG_NAME=%s-shard-3' % P,
+                                   'PI_EGRESS_DECISION_LOG_KEEP=5']
+    assert attrs['Config']['Env'][1] == 'PI_EGRESS_DECISION_LOG_NAME=%s' % P   # the proxy's is not touched
+    assert sh.clone_spec(PROXY_ATTRS, P, 1)['environment'] == ['PATH=/usr/bin']  # an older proxy has none
