@@ -22,7 +22,7 @@ description:
   - With I(replay_allowlist) or I(replay_entries) it replays the recorded requests that the allowlist
     decides against that candidate and reports what would change against the current allowlist (the
     deployment folder's file, I(current_allowlist), or what the running proxy I(current_from_proxy)
-    loaded): hosts and jobs that would newly be refused, and refused requests that would now pass. With
+    loaded), namely the hosts and jobs that would newly be refused and the refused requests that would now pass. With
     C(--diff) the change is shown as a diff.
   - It changes nothing. A line that is not a decision (a cut line) is skipped and named in I(problems);
     a symlinked folder is refused and a symlinked file is skipped, never followed.

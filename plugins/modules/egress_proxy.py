@@ -142,6 +142,31 @@ options:
         dispatchers use the collection's default, 10. C(0) turns shards off.
       - Why a bound, and why 10, in docs/job-networks.md ("Choosing the bound").
     type: int
+  decision_log:
+    description:
+      - Mount the decision log's folder (I(decision_log_dir)) read-write, so squid and the TLS name check
+        write one JSON line per decision into it (docs/decisions.md). C(false) leaves it out; the lines
+        then go to the container's log.
+    type: bool
+    default: true
+    version_added: 0.3.0
+  decision_log_dir:
+    description:
+      - The host folder of the decision log, made C(0750) and given to the proxy user (uid 13) when
+        missing or someone else's. A symlink, or a file at that path, is refused and nothing changes.
+        Default C(<deploy_dir>/decisions).
+    type: path
+    version_added: 0.3.0
+  decision_log_max_size:
+    description: Size (C(k), C(m) or C(g); at least C(64k)) at which each container's decision log file is rotated.
+    type: str
+    default: 10m
+    version_added: 0.3.0
+  decision_log_keep:
+    description: How many rotated decision log files each container keeps (0 to 100).
+    type: int
+    default: 5
+    version_added: 0.3.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:

@@ -69,9 +69,9 @@ def v6env(engine, tmp_path_factory):
         _remove_container(client, name)
     for name in (env.job_net, env.upstream_net):
         _remove_network(client, name)
-    net = client.networks.create(env.upstream_net, driver='bridge', internal=True, enable_ipv6=True,
-                                 labels={'io.pi-dispatch.egress.network': 'upstream'},
-                                 ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=env.v6_subnet)]))
+    client.networks.create(env.upstream_net, driver='bridge', internal=True, enable_ipv6=True,
+                           labels={'io.pi-dispatch.egress.network': 'upstream'},
+                           ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=env.v6_subnet)]))
     env.upstream_subnet = None   # nothing but the IPv6 /64 is opened
     try:
         api = client.api
