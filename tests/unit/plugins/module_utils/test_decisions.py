@@ -214,3 +214,10 @@ def test_replay_reports_newly_refused_and_newly_allowed_with_their_jobs():
 
 def test_every_reason_has_a_description_and_the_allowed_ones_are_reasons():
     assert set(D.ALLOWED_REASONS) <= set(D.REASONS) and set(D.ALLOWLIST_REASONS) <= set(D.REASONS)
+
+
+@pytest.mark.parametrize('text', ['2026-12-05T21:00:00.000Z', '2026-12-05T21:00:00.999Z', '2026-12-31T23:59:59.001Z',
+                                  '2026-12-05T21:00:00Z', '2026-12-05T21:00:00.5Z', '1796504400.25'])
+def test_a_lines_time_is_read_like_parse_time_with_the_seconds_cached(text):
+    assert D._line_epoch(text) == pytest.approx(D.parse_time(text))
+    assert D._line_epoch(text) == pytest.approx(D.parse_time(text))   # the cached second gives the same
