@@ -185,3 +185,21 @@ NEW_ROLE_WRONG_TYPES = [
 @pytest.mark.parametrize('role, variable, value', NEW_ROLE_WRONG_TYPES)
 def test_a_wrong_type_stops_the_new_roles_at_the_argument_check(tmp_path, role, variable, value):
     test_a_wrong_type_fails_at_the_argument_check_naming_the_variable(tmp_path, role, variable, value)
+
+
+@pytest.mark.parametrize('role', ROLES)
+def test_every_role_has_a_readme_naming_each_variable_with_an_example_play(role):
+    path = os.path.join(ROOT, 'roles', role, 'README.md')
+    assert os.path.isfile(path), 'roles/%s has no README.md' % role
+    with open(path) as handle:
+        text = handle.read()
+    assert text.startswith('# Role `pi_dispatch.egress.%s`' % role)
+    options = yaml.safe_load(_read(role, 'meta', 'argument_specs.yml'))['argument_specs']['main']['options']
+    missing = [name for name in options if '| `%s` |' % name not in text]
+    assert not missing, 'roles/%s/README.md does not list %s' % (role, missing)
+    example = text.split('```yaml\n', 1)[1].split('```', 1)[0]
+    play = yaml.safe_load(example)
+    assert any(r == 'pi_dispatch.egress.%s' % role or r.get('role') == 'pi_dispatch.egress.%s' % role
+               for r in play[0]['roles']), example
+    for link in re.findall(r'\]\((\.\./\.\./docs/[a-z-]+\.md)', text):
+        assert os.path.isfile(os.path.normpath(os.path.join(ROOT, 'roles', role, link))), link
