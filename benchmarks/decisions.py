@@ -35,8 +35,8 @@ def write(folder, size):
     start = 1796500000
     written = 0
     for index in range(6):
-        name = 'pi-dispatch-egress-proxy.%s.jsonl%s' % ('decisions' if index % 2 else 'tls-decisions',
-                                                       '' if index < 2 else '.%d' % (index // 2))
+        kind = 'decisions' if index % 2 else 'tls-decisions'
+        name = 'pi-dispatch-egress-proxy.%s.jsonl%s' % (kind, '' if index < 2 else '.%d' % (index // 2))
         with open(os.path.join(folder, name), 'w') as handle:
             for i in range(per_file):
                 n = written + i

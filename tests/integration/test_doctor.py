@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from conftest import run_playbook
+from conftest import _remove_container, _remove_network, run_playbook
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor, _doctor_names
 
 docker = pytest.importorskip('docker')
 
@@ -46,20 +47,6 @@ def run_doctor(env, tmp_path, name, **more):
     assert json_path.exists(), out[-4000:]
     lines = [json.loads(text) for text in json_path.read_text().splitlines() if text.strip()]
     return rc, out, dict((line['id'], line) for line in lines), lines
-
-
-def _rm_container(client, name):
-    try:
-        client.api.remove_container(name, force=True)
-    except docker.errors.NotFound:
-        pass
-
-
-def _rm_network(client, name):
-    try:
-        client.api.remove_network(name)
-    except docker.errors.NotFound:
-        pass
 
 
 def _no_doctor_objects_of(client, pid):
@@ -113,8 +100,8 @@ def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
         for pid in (dead.pid, live.pid):
             net = 'pi-dispatch-egress-doctor-%d' % pid
             probe = 'pi-dispatch-egress-probe-provider-%d' % pid
-            _rm_container(client, probe)
-            _rm_network(client, net)
+            _remove_container(client, probe)
+            _remove_network(client, net)
             client.networks.create(net, driver='bridge', internal=True)
             client.containers.run(egress_env.tools_image, ['sleep', '300'], name=probe, detach=True, network=net)
             made.append((net, probe))
@@ -141,8 +128,8 @@ def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
         live.kill()
         live.wait()
         for net, probe in made:
-            _rm_container(client, probe)
-            _rm_network(client, net)
+            _remove_container(client, probe)
+            _remove_network(client, net)
 
 
 @pytest.fixture
@@ -150,7 +137,7 @@ def own_proxy(egress_env, tmp_path_factory):
     """h7-proxy: a proxy of this file's own, on the shared upstream network."""
     client = egress_env.client
     deploy_dir = str(tmp_path_factory.mktemp('h7deploy') / 'egress')
-    _rm_container(client, OWN_PROXY)
+    _remove_container(client, OWN_PROXY)
     rc, out, _recap = run_playbook('playbooks/site.yml', {
         'egress_deploy_dir': deploy_dir,
         'egress_proxy_name': OWN_PROXY,
@@ -164,7 +151,7 @@ def own_proxy(egress_env, tmp_path_factory):
     try:
         yield deploy_dir
     finally:
-        _rm_container(client, OWN_PROXY)
+        _remove_container(client, OWN_PROXY)
 
 
 def _wait_healthy(client, name, deadline_s=60):
@@ -224,24 +211,6 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
     assert not [line for line in lines if line['id'].startswith('canary.') and line['status'] == 'ok']
 
 
-def _import_doctor(name='_doctor'):
-    """_doctor or a _doctor_* piece from this checkout (the way tests/conftest.py exposes the collection)."""
-    import importlib
-    import sys
-    import tempfile
-    parts = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).split(os.sep)
-    root = os.sep.join(parts)
-    if parts[-3:-1] == ['ansible_collections', 'pi_dispatch']:
-        base = os.sep.join(parts[:-3])
-    else:
-        base = tempfile.mkdtemp(prefix='pi-egress-it-')
-        os.makedirs(os.path.join(base, 'ansible_collections', 'pi_dispatch'))
-        os.symlink(root, os.path.join(base, 'ansible_collections', 'pi_dispatch', 'egress'))
-    if base not in sys.path:
-        sys.path.insert(0, base)
-    return importlib.import_module('ansible_collections.pi_dispatch.egress.plugins.module_utils.' + name)
-
-
 class _StuckAPI(object):
     """The real API client, except that removing one container fails as a wedged daemon would."""
 
@@ -268,14 +237,13 @@ class _StuckClient(object):
 
 def test_stuck_probe_keeps_the_network(egress_env):
     """A probe the daemon will not remove: the real network is kept (the only handle on it) and reported."""
-    _doctor = _import_doctor()
     client = egress_env.client
     dead = subprocess.Popen(['true'])
     dead.wait()
     net = 'pi-dispatch-egress-doctor-%d' % dead.pid
     probe = 'pi-dispatch-egress-probe-deny-%d' % dead.pid
-    _rm_container(client, probe)
-    _rm_network(client, net)
+    _remove_container(client, probe)
+    _remove_network(client, net)
     client.networks.create(net, driver='bridge', internal=True)
     client.containers.run(egress_env.tools_image, ['sleep', '300'], name=probe, detach=True, network=net)
     try:
@@ -287,15 +255,15 @@ def test_stuck_probe_keeps_the_network(egress_env):
         client.api.inspect_network(net)  # kept
         assert client.api.inspect_container(probe)['State']['Running']
         # Once the probe goes, the next run sweeps the network.
-        _rm_container(client, probe)
+        _remove_container(client, probe)
         options = _doctor.DoctorOptions(egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={})
         lines = [line for line in _doctor.Doctor(client, options).sweep() if net in line.message]
         assert [line.id for line in lines] == ['leftovers.removed'], lines
         with pytest.raises(docker.errors.NotFound):
             client.api.inspect_network(net)
     finally:
-        _rm_container(client, probe)
-        _rm_network(client, net)
+        _remove_container(client, probe)
+        _remove_network(client, net)
 
 
 MODELS_JSON = """// the overlay a worker reads (comments and trailing commas are fine)
@@ -357,7 +325,7 @@ def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
 
 def test_killed_isolation_leftovers_are_swept(egress_env, tmp_path):
     """A killed doctor left its two isolation job networks with peers and the proxy on them."""
-    _names = _import_doctor('_doctor_names')
+    _names = _doctor_names
     client = egress_env.client
     dead = subprocess.Popen(['true'])
     dead.wait()
@@ -365,8 +333,8 @@ def test_killed_isolation_leftovers_are_swept(egress_env, tmp_path):
     peers = [_names.peer_name(peer, dead.pid) for peer in _names.PEERS]
     try:
         for net, peer in zip(nets, peers):
-            _rm_container(client, peer)
-            _rm_network(client, net)
+            _remove_container(client, peer)
+            _remove_network(client, net)
             client.networks.create(net, driver='bridge', internal=True)
             client.networks.get(net).connect(egress_env.proxy)
             client.containers.run(egress_env.tools_image, ['sleep', '300'], name=peer, detach=True, network=net)
@@ -382,13 +350,12 @@ def test_killed_isolation_leftovers_are_swept(egress_env, tmp_path):
                 client.api.inspect_container(peer)
     finally:
         for net, peer in zip(nets, peers):
-            _rm_container(client, peer)
-            _rm_network(client, net)
+            _remove_container(client, peer)
+            _remove_network(client, net)
 
 
 def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
     """The check can fail: when both peers land on one job network, each reaches the other and it says so."""
-    _doctor = _import_doctor()
     client = egress_env.client
     real_create = _doctor._jobnet.create_job_network
     made = {}

@@ -19,6 +19,7 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
+from conftest import _remove_container, _remove_network  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
 
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
@@ -34,29 +35,6 @@ def world(request):
                                      port=int(os.environ.get('PI_EGRESS_IT_STANDIN_PORT', '8080')))
     env = request.getfixturevalue('egress_env')
     return types.SimpleNamespace(client=env.client, proxy=env.proxy, tools_image=env.tools_image, port=3128)
-
-
-def _rm_container(client, name):
-    try:
-        client.api.remove_container(name, force=True)
-    except docker.errors.NotFound:
-        pass
-
-
-def _rm_network(client, name):
-    try:
-        attrs = client.api.inspect_network(name)
-    except docker.errors.NotFound:
-        return
-    for cid in (attrs.get('Containers') or {}):
-        try:
-            client.api.disconnect_container_from_network(cid, attrs['Id'], force=True)
-        except docker.errors.APIError:
-            pass
-    try:
-        client.api.remove_network(attrs['Id'])
-    except docker.errors.NotFound:
-        pass
 
 
 class Scratch:
@@ -79,9 +57,9 @@ class Scratch:
 
     def cleanup(self):
         for name in self.containers:
-            _rm_container(self.client, name)
+            _remove_container(self.client, name)
         for job_id in self.jobs:
-            _rm_network(self.client, jn.network_name(job_id))
+            _remove_network(self.client, jn.network_name(job_id))
 
 
 @pytest.fixture
@@ -136,7 +114,7 @@ def test_attach_failure_leaves_nothing(world):
         assert 'nothing is left' in str(exc.value)
         assert jn.inspect_job_network(world.client, jn.network_name(job)) is None
     finally:
-        _rm_network(world.client, jn.network_name(job))
+        _remove_network(world.client, jn.network_name(job))
 
 
 def test_two_jobs_cannot_reach_each_other(world, scratch):
@@ -219,7 +197,7 @@ def test_preflight_verdicts(world):
         v = jn.preflight(client, proxy_name=scratch_name)
         assert (v.verdict, v.state) == (jn.PROXY_STOPPED, 'exited')
     finally:
-        _rm_container(client, scratch_name)
+        _remove_container(client, scratch_name)
     v = jn.preflight(client, proxy_name=scratch_name)
     assert (v.verdict, v.retryable) == (jn.PROXY_MISSING, False)
     v = jn.preflight(jn.lazy_client('unix:///nonexistent.sock', 5), proxy_name=world.proxy)

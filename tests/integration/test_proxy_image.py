@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import SUFFIX, TOOLS_IMAGE, run_playbook
+from conftest import SUFFIX, TOOLS_IMAGE, _remove_container, _remove_network, run_playbook
 
 docker = pytest.importorskip('docker')
 
@@ -27,20 +27,6 @@ PROXY = 'pi-egress-sec' + SUFFIX
 NET = 'pi-egress-sec-out' + SUFFIX
 SECRET = 'hunter2-secret'
 ALLOWLIST = [{'host': 'api.provider.test', 'comment': 'the provider (fake)'}]
-
-
-def _rm_container(client, name):
-    try:
-        client.api.remove_container(name, force=True)
-    except docker.errors.NotFound:
-        pass
-
-
-def _rm_network(client, name):
-    try:
-        client.api.remove_network(name)
-    except docker.errors.NotFound:
-        pass
 
 
 def _rm_image(client, name):
@@ -78,8 +64,8 @@ def sec_world(tmp_path_factory):
     except Exception as exc:
         pytest.fail('needs the daemon, %s and %s (./run test builds them): %s' % (BASE, TOOLS_IMAGE, exc))
     deploy_dir = str(tmp_path_factory.mktemp('secdeploy') / 'egress')
-    _rm_container(client, PROXY)
-    _rm_network(client, NET)
+    _remove_container(client, PROXY)
+    _remove_network(client, NET)
     _rm_image(client, IMAGE)
     variables = {
         'egress_deploy_dir': deploy_dir,
@@ -96,8 +82,8 @@ def sec_world(tmp_path_factory):
         assert rc == 0, out[-5000:]
         yield dict(client=client, deploy_dir=deploy_dir, site_out=out, variables=variables)
     finally:
-        _rm_container(client, PROXY)
-        _rm_network(client, NET)
+        _remove_container(client, PROXY)
+        _remove_network(client, NET)
         _rm_image(client, IMAGE)
         _rm_image(client, SCRATCH)
 
