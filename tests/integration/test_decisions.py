@@ -60,21 +60,25 @@ def _lines(env):
     return records
 
 
-def _wait_for(env, since_count, match, timeout=15):
-    """The first record after the first ``since_count`` that ``match`` accepts (bounded wait)."""
+def _wait_for(env, since, match, timeout=15):
+    """The first record made at ``since`` (epoch seconds) or later that ``match`` accepts (bounded wait).
+
+    By time, not by position: the folder holds a file per writer and a tunnel's line is written when it
+    closes, so a new line need not be the last one read.
+    """
     deadline = time.monotonic() + timeout
     seen = []
     while time.monotonic() < deadline:
-        seen = _lines(env)[since_count:]
+        seen = [r for r in _lines(env) if r['epoch'] >= since]
         found = [r for r in seen if match(r)]
         if found:
             return found[0]
         time.sleep(0.3)
-    raise AssertionError('no decision line matched; new lines: %s' % json.dumps(seen, indent=1)[-3000:])
+    raise AssertionError('no decision line matched; lines since: %s' % json.dumps(seen, indent=1)[-3000:])
 
 
 def _tunnel(env, job, target, sni, mode='tls'):
-    before = len(_lines(env))
+    before = time.time() - 0.005  # squid stamps a request when it reads it (to the ms), after this
     result, _reached = tls_attempt(env, job, target, sni, mode=mode)
     host = target.rsplit(':', 1)[0]
     record = _wait_for(env, before, lambda r: r.get('host') == host.lower() and r.get('method') == 'CONNECT')
@@ -130,7 +134,7 @@ def _curl(env, job, args):
 ])
 def test_the_proxys_own_decisions_carry_their_reason_and_no_query_or_header(
         egress_env, job, args, host, verdict, reason):
-    before = len(_lines(egress_env))
+    before = time.time() - 0.005  # squid stamps a request when it reads it (to the ms), after this
     _curl(egress_env, job, args)
     record = _wait_for(egress_env, before, lambda r: r.get('host') == host and r.get('check') == 'proxy')
     _assert_line(record, verdict, reason)
@@ -150,7 +154,7 @@ def test_a_model_endpoints_plain_tunnel_is_logged_as_endpoint(egress_env, job):
     rc, out, _recap = run_playbook('playbooks/endpoints.yml', extra)
     assert rc == 0, out[-4000:]
     try:
-        before = len(_lines(egress_env))
+        before = time.time() - 0.005  # squid stamps a request when it reads it (to the ms), after this
         code = _curl(egress_env, job, ['-k', 'https://models.test:8443/v1/models'])
         assert code == '200', code
         record = _wait_for(egress_env, before, lambda r: r.get('host') == 'models.test')
@@ -240,3 +244,25 @@ def test_the_log_survives_a_proxy_replace(egress_env, job):
     _assert_line(record, 'allowed', 'sni_ok')
     info = os.stat(_folder(egress_env))
     assert info.st_uid == 13 and oct(info.st_mode & 0o777) == '0o750', info
+
+
+def test_a_job_on_an_address_the_last_job_just_left_is_logged_as_itself(egress_env, job):
+    """The next job gets the same subnet and, often, the same address: its line names it, not the last one."""
+    client = egress_env.client
+    addresses = {}
+    for name in ('it25reuse_a', 'it25reuse_b'):
+        jn.teardown_job_network(client, name, proxy_name=egress_env.proxy)
+        net = jn.create_job_network(client, name, proxy_name=egress_env.proxy)
+        container = client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=net.container, detach=True,
+                                          network=net.network, labels={'io.pi-dispatch.egress.test': 'reuse'})
+        try:
+            container.reload()
+            addresses[name] = container.attrs['NetworkSettings']['Networks'][net.network]['IPAddress']
+            before = time.time() - 0.005  # squid stamps a request when it reads it (to the ms), after this
+            tls_attempt(egress_env, net.container, 'api.provider.test:443', 'denied.test')
+            record = _wait_for(egress_env, before, lambda r: r.get('client') == addresses[name]
+                               and r.get('reason') == 'sni_mismatch')
+            assert record['job'] == name, (addresses, record)
+        finally:
+            container.remove(force=True)
+            jn.teardown_job_network(client, name, proxy_name=egress_env.proxy)
