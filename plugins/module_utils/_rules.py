@@ -172,6 +172,12 @@ def checks_tls_names(text):
                for line in text.splitlines() if line.strip())
 
 
+def writes_decision_log(text):
+    """True when a rules text hands its decisions to the decision log (rules version 3, from 0.3.0)."""
+    marker = 'daemon:%s/' % CONTAINER_DECISION_LOG_DIR
+    return any(line.split()[:1] == ['access_log'] and marker in line for line in text.splitlines())
+
+
 def includes_guard(text):
     """True when a rules text includes the destination guard (rules version 2)."""
     return CONTAINER_GUARD in included(text)

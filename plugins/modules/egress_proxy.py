@@ -145,8 +145,9 @@ options:
   decision_log:
     description:
       - Mount the decision log's folder (I(decision_log_dir)) read-write, so squid and the TLS name check
-        write one JSON line per decision into it (docs/decisions.md). C(false) leaves it out; the lines
-        then go to the container's log.
+        write one JSON line per decision into it (docs/decisions.md), when the deployment's rules write
+        one (rules version 3); a proxy on older rules keeps its shape until they are refreshed.
+        C(false) leaves it out; the lines then go to the container's log.
     type: bool
     default: true
     version_added: 0.3.0
@@ -282,7 +283,16 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deploym
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy_spec
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
+
+
+def _rules_write_decision_log(path):
+    try:
+        with open(path) as handle:
+            return _rules.writes_decision_log(handle.read())
+    except (IOError, OSError, UnicodeDecodeError):
+        return False   # a missing rules file is refused below with its fix
 
 
 def main():
@@ -323,7 +333,8 @@ def main():
     limits = dict(memory=p['memory'], pids=p['pids_limit'], nofile=p['nofile'], log_max_size=p['log_max_size'],
                   log_max_file=p['log_max_file'])
     decision_log = None
-    if p['decision_log'] and (p['decision_log_dir'] or deploy_paths):
+    # mounted for rules that write it (version 3); a proxy still on older rules keeps its shape
+    if p['decision_log'] and deploy_paths and _rules_write_decision_log(deploy_paths['rules']):
         decision_log = dict(dir=p['decision_log_dir'] or os.path.join(p['deploy_dir'], _decisions.DEFAULT_FOLDER),
                             max_size=p['decision_log_max_size'], keep=p['decision_log_keep'])
     try:

@@ -260,8 +260,10 @@ def test_upgrade_refreshes_and_replaces_the_two_mount_proxy(world):
     with open(new[0]) as handle:
         assert handle.read() == world.old_rules
     assert world.read_rules() == world.packaged
+    # the four files, and the decision log's folder the new rules write to (the old rules wrote none)
     assert world.mounts() == ['/etc/pi-dispatch/egress-allowlist.conf', '/etc/pi-dispatch/egress-guard.conf',
-                              '/etc/pi-dispatch/model-endpoints.conf', '/etc/squid/squid.conf']
+                              '/etc/pi-dispatch/model-endpoints.conf', '/etc/squid/squid.conf',
+                              '/var/log/pi-dispatch']
     for name in ('egress-guard.conf', 'model-endpoints.json', 'model-endpoints.conf'):
         assert os.path.isfile(os.path.join(world.deploy_dir, name)), name  # the upgrade added it (create-only)
     world.wait_healthy()

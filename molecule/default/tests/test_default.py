@@ -31,15 +31,17 @@ def test_container_running_and_healthy(host):
     assert attrs['HostConfig']['RestartPolicy']['Name'] == 'unless-stopped'
 
 
-def test_mounts_are_read_only_single_files(host):
+def test_files_are_read_only_and_only_the_decision_log_folder_is_writable(host):
     attrs = _inspect(host, 'container', PROXY)
     mounts = dict((m['Destination'], m) for m in attrs['Mounts'])
     assert mounts['/etc/squid/squid.conf']['Source'] == DEPLOY + '/deploy/egress-proxy.conf'
     assert mounts['/etc/pi-dispatch/egress-allowlist.conf']['Source'] == DEPLOY + '/egress-allowlist.conf'
     assert mounts['/etc/pi-dispatch/model-endpoints.conf']['Source'] == DEPLOY + '/model-endpoints.conf'
     assert mounts['/etc/pi-dispatch/egress-guard.conf']['Source'] == DEPLOY + '/egress-guard.conf'
-    assert all(m['RW'] is False for m in attrs['Mounts'])
-    assert len(attrs['Mounts']) == 4
+    # every file read-only; the one writable mount is the decision log's folder
+    assert [m['Destination'] for m in attrs['Mounts'] if m['RW']] == ['/var/log/pi-dispatch']
+    assert mounts['/var/log/pi-dispatch']['Source'] == DEPLOY + '/decisions'
+    assert len(attrs['Mounts']) == 5
 
 
 def test_no_published_ports(host):

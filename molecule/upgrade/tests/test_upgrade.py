@@ -35,8 +35,9 @@ def test_the_upgrade_added_the_missing_guard_include(host):
 def test_proxy_replaced_with_four_mounts_and_healthy(host):
     attrs = _inspect(host)
     dests = sorted(m['Destination'] for m in attrs['Mounts'])
+    # the four files, and the decision log's folder the refreshed rules write to
     assert dests == ['/etc/pi-dispatch/egress-allowlist.conf', '/etc/pi-dispatch/egress-guard.conf',
-                     '/etc/pi-dispatch/model-endpoints.conf', '/etc/squid/squid.conf']
+                     '/etc/pi-dispatch/model-endpoints.conf', '/etc/squid/squid.conf', '/var/log/pi-dispatch']
     assert attrs['State']['Running'] is True
     assert attrs['State']['Health']['Status'] == 'healthy'
 

@@ -117,3 +117,10 @@ def test_includes_endpoints_detects_the_post_503_shape():
 def test_digest_is_stable():
     assert _rules.digest('abc') == _rules.digest(b'abc')
     assert _rules.digest(_rules.packaged_rules()) != _rules.digest(_rules.packaged_rules() + ' ')
+
+
+def test_writes_decision_log_only_for_rules_that_hand_decisions_to_the_log_folder():
+    assert _rules.writes_decision_log(_rules.packaged_rules())
+    assert not _rules.writes_decision_log('access_log stdio:/dev/stdout\n')
+    assert not _rules.writes_decision_log('# access_log daemon:/var/log/pi-dispatch/decisions.jsonl\n')
+    assert _rules.writes_decision_log('access_log daemon:/var/log/pi-dispatch/x.jsonl logformat=y\n')
