@@ -20,7 +20,7 @@ ROOT = _collection.ROOT
 
 def _import():
     _collection.expose()
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
     return _allowlist
 
 

@@ -21,7 +21,7 @@ import _collection  # noqa: E402  (benchmarks/_collection.py, beside this file)
 
 def _import():
     _collection.expose()
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
     return _decisions
 
 

@@ -27,7 +27,8 @@ ROOT = _collection.ROOT
 
 def _import_doctor():
     _collection.expose()
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor, _docker_client
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as _docker_client
     return _doctor, _docker_client
 
 

@@ -36,9 +36,10 @@ ROOT = _collection.ROOT
 
 def _import_jobnet():
     _collection.expose()
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_pool
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall_host, _host_check
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import pool as _jobnet_pool
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _firewall_host
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import host_check as _host_check
     return _jobnet, _jobnet_pool, (lambda: _host_check.iptables_variant(_firewall_host.Runner(timeout=10)))
 
 

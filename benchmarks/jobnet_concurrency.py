@@ -29,7 +29,7 @@ ROOT = _collection.ROOT
 def _import():
     _collection.expose()
     sys.path.insert(0, os.path.join(ROOT, 'tests', 'integration'))
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
     import jobnet_worker
     return _jobnet, jobnet_worker
 

@@ -25,7 +25,9 @@ import _collection  # noqa: E402  (benchmarks/_collection.py, beside this file)
 _collection.expose()
 import docker  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints, _guard, _rules  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as _guard  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules  # noqa: E402
 
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
 CLIENT = r'''

@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -214,10 +212,10 @@ timings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
 
 
 def main():

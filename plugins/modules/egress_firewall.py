@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -150,10 +148,11 @@ install:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _fw_host  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import params as _fw_params  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
 
 def _local(docker_host):
@@ -163,12 +162,12 @@ def _local(docker_host):
 def main():
     argument_spec = dict(
         state=dict(type='str', choices=['present', 'absent'], default='present'),
-        chain_prefix=dict(type='str', default=_firewall.DEFAULT_PREFIX),
+        chain_prefix=dict(type='str', default=_fw_params.DEFAULT_PREFIX),
         pool=dict(type='str', default=_jobnet.DEFAULT_POOL),
         networks=dict(type='list', elements='str'),
-        upstream_network=dict(type='str', default=_firewall.DEFAULT_UPSTREAM),
+        upstream_network=dict(type='str', default=_fw_params.DEFAULT_UPSTREAM),
         limit_upstream=dict(type='bool', default=False),
-        upstream_ports=dict(type='list', elements='int', default=list(_firewall.DEFAULT_PORTS)),
+        upstream_ports=dict(type='list', elements='int', default=list(_fw_params.DEFAULT_PORTS)),
         deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         ipv6=dict(type='bool', default=True),
         iptables=dict(type='str', choices=['auto', 'nft', 'legacy'], default='auto'),
@@ -176,11 +175,11 @@ def main():
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
     try:
-        _firewall.validate_prefix(p['chain_prefix'])
-        pool = _firewall.validate_pool(p['pool'])
-        names = _firewall.validate_network_names(p['networks'])
-        base_ports = _firewall.validate_ports(p['upstream_ports']) if p['limit_upstream'] else None
-    except _firewall.FirewallError as exc:
+        _fw_params.validate_prefix(p['chain_prefix'])
+        pool = _fw_params.validate_pool(p['pool'])
+        names = _fw_params.validate_network_names(p['networks'])
+        base_ports = _fw_params.validate_ports(p['upstream_ports']) if p['limit_upstream'] else None
+    except _fw_params.FirewallError as exc:
         module.fail_json(msg=str(exc))
     if not _local(p['docker_host']):
         module.fail_json(msg='egress_firewall writes THIS host\'s iptables and takes bridge names from the daemon, so '
@@ -196,15 +195,15 @@ def main():
             dc.fail(module, exc)
         if p['limit_upstream']:
             try:
-                endpoint_ports = _firewall.endpoint_ports(_deployment.module_layout(module).deploy_dir)
-            except _firewall.FirewallError as exc:
+                endpoint_ports = _fw_params.endpoint_ports(_deployment.module_layout(module).deploy_dir)
+            except _fw_params.FirewallError as exc:
                 module.fail_json(msg=str(exc))
     try:
-        result = _firewall.converge(
-            networks, _firewall.Runner(), state=p['state'], prefix=p['chain_prefix'], pool=pool, names=names,
+        result = _fw_host.converge(
+            networks, _fw_host.Runner(), state=p['state'], prefix=p['chain_prefix'], pool=pool, names=names,
             upstream=p['upstream_network'], base_ports=base_ports, endpoint_port_list=endpoint_ports,
             endpoints=p['limit_upstream'], ipv6=p['ipv6'], variant=p['iptables'], check_mode=module.check_mode)
-    except _firewall.FirewallError as exc:
+    except _fw_params.FirewallError as exc:
         module.fail_json(msg=str(exc))
     if module._diff:
         result['diff'] = [dict(before_header='%s (%s) before' % (family, info.get('variant')),

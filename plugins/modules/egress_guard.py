@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -127,18 +125,19 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as _guard
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 
 
 def main():
     argument_spec = dict(
         deploy_dir=dict(type='path', required=True),
-        proxy_name=dict(type='str', default=_proxy.PROXY_NAME),
+        proxy_name=dict(type='str', default=_proxy_spec.PROXY_NAME),
         private_destinations=dict(type='list', elements='str', default=[]),
         job_pool=dict(type='str', default=_guard.DEFAULT_POOL),
         client_max_connections=dict(type='int', default=_guard.DEFAULT_CLIENT_MAX_CONNECTIONS),
@@ -200,7 +199,7 @@ def main():
                 _files.write_in_place(include, current, fallback=current)
                 result['reloaded'] = False
                 module.fail_json(msg='%s The previous %s was written back.' % (exc, include), **result)
-            except (_proxy.ProxyError, dc.EngineError) as exc:
+            except (_proxy_spec.ProxyError, dc.EngineError) as exc:
                 result['reloaded'] = False
                 module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k reconfigure.'
                                  % (exc, p['proxy_name']), **result)

@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -83,10 +81,10 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall_host
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _host_check
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _firewall_host
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import host_check as _host_check
 
 
 def main():

@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -277,14 +275,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy_spec
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 
 
 def _rules_write_decision_log(path):
@@ -298,10 +296,10 @@ def _rules_write_decision_log(path):
 def main():
     argument_spec = dict(
         state=dict(type='str', default='started', choices=list(_proxy.STATES)),
-        name=dict(type='str', default=_proxy.PROXY_NAME),
+        name=dict(type='str', default=_proxy_spec.PROXY_NAME),
         image=dict(type='str', default='pi-dispatch-egress-proxy:latest'),
         deploy_dir=dict(type='path'),
-        network=dict(type='str', default=_proxy.UPSTREAM_NETWORK),
+        network=dict(type='str', default=_proxy_spec.UPSTREAM_NETWORK),
         network_internal=dict(type='bool', default=False),
         extra_hosts=dict(type='list', elements='str', default=[]),
         mount_endpoints=dict(type='bool', default=True),
@@ -309,11 +307,11 @@ def main():
         wait=dict(type='bool', default=True),
         wait_timeout=dict(type='int', default=60),
         allow_cut_jobs=dict(type='bool', default=False),
-        memory=dict(type='str', default=_proxy.DEFAULT_LIMITS['memory']),
-        pids_limit=dict(type='int', default=_proxy.DEFAULT_LIMITS['pids']),
-        nofile=dict(type='int', default=_proxy.DEFAULT_LIMITS['nofile']),
-        log_max_size=dict(type='str', default=_proxy.DEFAULT_LIMITS['log_max_size']),
-        log_max_file=dict(type='int', default=_proxy.DEFAULT_LIMITS['log_max_file']),
+        memory=dict(type='str', default=_proxy_spec.DEFAULT_LIMITS['memory']),
+        pids_limit=dict(type='int', default=_proxy_spec.DEFAULT_LIMITS['pids']),
+        nofile=dict(type='int', default=_proxy_spec.DEFAULT_LIMITS['nofile']),
+        log_max_size=dict(type='str', default=_proxy_spec.DEFAULT_LIMITS['log_max_size']),
+        log_max_file=dict(type='int', default=_proxy_spec.DEFAULT_LIMITS['log_max_file']),
         shard_bound=dict(type='int'),
         decision_log=dict(type='bool', default=True),
         decision_log_dir=dict(type='path'),
@@ -338,7 +336,7 @@ def main():
         decision_log = dict(dir=p['decision_log_dir'] or os.path.join(p['deploy_dir'], _decisions.DEFAULT_FOLDER),
                             max_size=p['decision_log_max_size'], keep=p['decision_log_keep'])
     try:
-        spec = _proxy.desired_spec(
+        spec = _proxy_spec.desired_spec(
             p['image'],
             deploy_paths['rules'] if deploy_paths else '', deploy_paths['allowlist'] if deploy_paths else '',
             deploy_paths['endpoints_conf'] if deploy_paths else '',
@@ -346,7 +344,7 @@ def main():
             health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'],
             guard=deploy_paths['guard_conf'] if deploy_paths and p['mount_endpoints'] else None, limits=limits,
             shard_bound=p['shard_bound'], decision_log=decision_log)
-    except _proxy.ProxyError as exc:
+    except _proxy_spec.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 
     client = dc.module_client(module)
@@ -356,11 +354,11 @@ def main():
                   allowlist_changed=False, stale_mounts=[], jobs_cut=0)
     try:
         container = manager.container()
-        obs = _proxy.observed(container.attrs) if container else None
-        if obs and not _proxy.is_ours(obs):
+        obs = _proxy_spec.observed(container.attrs) if container else None
+        if obs and not _proxy_spec.is_ours(obs):
             module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy (no %s label '
                                  'and no squid rules mount). Rename or remove it (docker rename / docker rm), '
-                                 'or choose another name.' % (p['name'], _proxy.LABEL_ROLE), **result)
+                                 'or choose another name.' % (p['name'], _proxy_spec.LABEL_ROLE), **result)
         image_id = None
         if p['state'] != 'absent':
             for src, _dst in spec['mounts']:
@@ -372,7 +370,7 @@ def main():
             if spec.get('log_mount'):
                 try:
                     manager.check_log_dir()
-                except _proxy.ProxyError as exc:
+                except _proxy_spec.ProxyError as exc:
                     module.fail_json(msg=str(exc), **result)
             missing = manager.missing_sources()
             if missing:
@@ -392,13 +390,13 @@ def main():
                 module.fail_json(msg='Image %s is not on this daemon. Build it with the proxy role '
                                      '(playbooks/site.yml builds it locally; nothing is pulled).' % p['image'],
                                  **result)
-        diffs = _proxy.differences(spec, obs, image_id) if obs and p['state'] != 'absent' else []
+        diffs = _proxy_spec.differences(spec, obs, image_id) if obs and p['state'] != 'absent' else []
         live = bool(obs and obs['running'] and not obs['paused'])
         if obs and live and p['state'] != 'absent':
             # A mounted file saved by rename is a new inode the running proxy never sees.
             try:
-                rc, out = dc.exec_in(container, _proxy.mounted_digests_cmd([d for _s, d in spec['mounts']]))
-                stale = _proxy.stale_mounts(spec, _proxy.parse_digests(out))
+                rc, out = dc.exec_in(container, _reload.mounted_digests_cmd([d for _s, d in spec['mounts']]))
+                stale = _reload.stale_mounts(spec, _reload.parse_digests(out))
             except dc.EngineError as exc:
                 stale = []
                 manager.messages.append('could not compare the mounted files with the proxy\'s view: %s' % exc)
@@ -411,7 +409,7 @@ def main():
         allowlist_changed = False
         if obs and not diffs and live and p['state'] in ('present', 'started'):
             try:
-                rc, _out = dc.exec_in(container, _proxy.allowlist_check_cmd())
+                rc, _out = dc.exec_in(container, _reload.allowlist_check_cmd())
                 allowlist_changed = rc != 0
             except dc.EngineError as exc:
                 manager.messages.append('could not compare the allowlist with what squid last read: %s' % exc)
@@ -429,7 +427,7 @@ def main():
         if refusal:
             result['refused'] = True
             if module._diff and diffs:
-                result['diff'] = _proxy.shape_diff(spec, obs, image_id)
+                result['diff'] = _proxy_spec.shape_diff(spec, obs, image_id)
                 result['diff']['after_header'] = '%s (wanted; refused: %s)' % (p['name'], refusal)
             module.fail_json(msg='%s What differs: %s' % (refusal, '; '.join(diffs) or 'nothing (%s asked)'
                                                           % p['state']), **result)
@@ -450,7 +448,7 @@ def main():
         manager.actions.extend('%s shard %s' % (step, m.name) for m, step in plan)
         result['changed'] = bool(manager.actions)
         if module._diff and (diffs or (obs is None and 'create' in actions)):
-            result['diff'] = _proxy.shape_diff(spec, obs, image_id)
+            result['diff'] = _proxy_spec.shape_diff(spec, obs, image_id)
         if container is not None and not module.check_mode:
             started = set(actions) & set(['create', 'start', 'restart', 'unpause', 'reconfigure'])
             if p['wait'] and started and p['state'] not in ('stopped',):
@@ -460,13 +458,13 @@ def main():
                                          'Its log ends with:\n%s' % (p['wait_timeout'], status,
                                                                      _proxy.logs_tail(container)), **result)
             container.reload()
-            obs_after = _proxy.observed(container.attrs)
+            obs_after = _proxy_spec.observed(container.attrs)
             result['container'] = dict((k, obs_after[k]) for k in (
                 'id', 'name', 'status', 'health', 'networks', 'job_networks', 'mounts', 'published_ports',
                 'image_id', 'restart_policy', 'extra_hosts'))
         elif obs and p['state'] != 'absent':
             result['container'] = obs
-    except (_proxy.ProxyError, dc.EngineError) as exc:
+    except (_proxy_spec.ProxyError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **result)
     for warning in manager.warnings:
         module.warn(warning)

@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -160,10 +158,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _refresh
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import refresh as _refresh
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 
 
 def _decision(module, p, compared):
@@ -172,8 +170,8 @@ def _decision(module, p, compared):
         container = dc.get_container(client, p['proxy_name'])
     except dc.EngineError as exc:
         dc.fail(module, exc)
-    obs = _proxy.observed(container.attrs) if container else None
-    if obs and not _proxy.is_ours(obs):
+    obs = _proxy_spec.observed(container.attrs) if container else None
+    if obs and not _proxy_spec.is_ours(obs):
         module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy; nothing was '
                              'written. Rename or remove it, or choose another proxy_name.' % p['proxy_name'])
     state, two_mount, jobs = _refresh.proxy_facts(obs)

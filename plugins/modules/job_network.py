@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -24,7 +22,7 @@ description:
     removes a container.
   - The job id is validated (letters, digits, C(-), C(_); 1 to 64 characters, starting and
     ending with a letter or digit) before any name is built from it.
-  - A thin adapter over C(plugins/module_utils/_jobnet.py), which a job runner can import and
+  - A thin adapter over C(plugins/module_utils/jobnet.py), which a job runner can import and
     call directly (create_job_network, teardown_job_network).
 author:
   - pi-dispatch egress team (@pi-dispatch)
@@ -154,8 +152,8 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
 
 def main():

@@ -3,9 +3,7 @@
 # Copyright: pi-dispatch egress contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -191,12 +189,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
 PARSE_CMD = _reload.PARSE_CMD
 RECONFIGURE_CMD = ['squid', '-k', 'reconfigure', '-f', _rules.CONTAINER_RULES]

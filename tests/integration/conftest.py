@@ -30,10 +30,10 @@ import pytest
 docker = pytest.importorskip('docker')
 from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload  # noqa: E402
 
 # A tunnel held open by a client across a reload: argv = proxy, host, port, file prefix. It writes
 # <prefix>-open (the CONNECT status line), waits (at most 120 s) for <prefix>-go, then sends a GET

@@ -17,14 +17,14 @@ import time
 
 import docker
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 
 
 def collections_base():
     """The folder holding ``ansible_collections/`` as this process imported it (the workers' PYTHONPATH)."""
     path = os.path.abspath(jn.__file__)
-    for _level in range(6):  # .../ansible_collections/pi_dispatch/egress/plugins/module_utils/_jobnet.py
+    for _level in range(6):  # .../ansible_collections/pi_dispatch/egress/plugins/module_utils/jobnet.py
         path = os.path.dirname(path)
     return path
 

@@ -20,7 +20,7 @@ docker = pytest.importorskip('docker')
 
 from conftest import ROOT, TOOLS_IMAGE  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,8 @@ def test_the_examples_run_as_written_in_order(egress_env):
             code = code.replace("'job-image:latest', ['node', 'agent.js']", 'TOOLS_IMAGE, ' + CURL)
             code = code.replace("['job-image:latest']", "[TOOLS_IMAGE, 'true']")
             assert 'job-image' not in code, 'example %d uses the job image in a way this test does not know' % index
-            code = code.replace('from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet\n',
+            code = code.replace('from ansible_collections.pi_dispatch.egress.plugins.module_utils '
+                                'import jobnet as _jobnet\n',
                                 '')
             with contextlib.redirect_stdout(out):
                 exec(compile(code, '%s, example %d' % (DOC, index), 'exec'), names)  # noqa: S102 - the doc's code

@@ -22,8 +22,8 @@ import jobnet_worker  # noqa: E402
 from conftest import run_playbook  # noqa: E402
 from test_shards import _remove_jobs_and_shards as _cleanup  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards  # noqa: E402
 
 PID = os.getpid()
 CREATORS = 20

@@ -17,8 +17,8 @@ import pytest
 docker = pytest.importorskip('docker')
 
 from conftest import ROOT, SUFFIX, TOOLS_IMAGE, ansible_env, listed_entry, run_playbook, tls_attempt  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,9 @@ import time
 import pytest
 
 from conftest import _remove_container, _remove_network, run_playbook
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor, _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
 
 docker = pytest.importorskip('docker')
 
@@ -195,7 +197,7 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
     assert by_id['canary.provider']['status'] == 'ok', lines
     differ = by_id['proxy.rules_differ']
     assert differ['status'] == 'warn' and rules in differ['message']
-    assert 'plugins/module_utils/_rules.py' in differ['message']
+    assert 'plugins/module_utils/_policy/rules.py' in differ['message']
     assert by_id['endpoints.include_stale']['status'] == 'fail', lines
     for line in lines:
         if line['status'] in ('warn', 'fail'):
@@ -357,7 +359,7 @@ def test_killed_isolation_leftovers_are_swept(egress_env, tmp_path):
 def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
     """The check can fail: when both peers land on one job network, each reaches the other and it says so."""
     client = egress_env.client
-    real_create = _doctor._jobnet.create_job_network
+    real_create = _jobnet_lifecycle.create_job_network
     made = {}
 
     def shared(client_, job_id, **kwargs):
@@ -366,7 +368,7 @@ def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
         made['a'] = real_create(client_, job_id, **kwargs)
         return made['a']
 
-    monkeypatch.setattr(_doctor._jobnet, 'create_job_network', shared)
+    monkeypatch.setattr(_jobnet_lifecycle, 'create_job_network', shared)
     doc = _doctor.Doctor(client, _doctor.DoctorOptions(egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image,
                                                        environ={}, start_grace=20))
     lines = doc.isolation()

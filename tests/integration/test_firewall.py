@@ -28,8 +28,10 @@ from conftest import SUFFIX, run_playbook
 
 docker = pytest.importorskip('docker')
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _firewall as fw  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+from firewall_view import firewall_namespace  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
+
+fw = firewall_namespace()
 
 PREFIX = ('PIT' + re.sub(r'[^A-Z0-9]', '-', SUFFIX.upper()))[:19]
 POOL = '10.249.0.0/24'

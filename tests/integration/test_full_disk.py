@@ -23,7 +23,7 @@ docker = pytest.importorskip('docker')
 
 from conftest import TOOLS_IMAGE, run_playbook  # noqa: E402
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

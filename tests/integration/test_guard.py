@@ -22,7 +22,7 @@ import pytest
 
 from conftest import TUNNEL_SCRIPT, EgressEnv, SUFFIX, TOOLS_IMAGE, run_playbook, _remove_container, _remove_network
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
 from conftest import (  # noqa: E402
     FAKE_ALIASES, SUFFIX, TOOLS_IMAGE, EgressEnv, _remove_container, _remove_network, _wait_fake_ready, tls_attempt)
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

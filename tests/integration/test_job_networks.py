@@ -20,7 +20,7 @@ import pytest
 docker = pytest.importorskip('docker')
 
 from conftest import _remove_container, _remove_network  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
 PID = os.getpid()

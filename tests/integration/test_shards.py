@@ -16,11 +16,11 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards  # noqa: E402
 
 PID = os.getpid()
 

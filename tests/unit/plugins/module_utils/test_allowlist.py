@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 
 GOOD = [
     ('api.anthropic.com', 'api.anthropic.com'),

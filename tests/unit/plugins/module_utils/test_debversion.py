@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _debversion
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import debversion as _debversion
 
 # (a, b, sign of compare(a, b)); every row is also checked reversed.
 TABLE = [

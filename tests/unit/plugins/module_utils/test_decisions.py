@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _decisions as D
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as D
 
 NOW = 1796500000.0  # 2026-12-05T...Z
 

@@ -5,7 +5,10 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist, _deployment, _files, _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
 FILES = ['egress-allowlist.conf', 'deploy/egress-proxy.conf', 'model-endpoints.json', 'model-endpoints.conf',
          'egress-guard.conf']

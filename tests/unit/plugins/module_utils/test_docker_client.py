@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 
 
 @pytest.mark.parametrize('options, fragment', [

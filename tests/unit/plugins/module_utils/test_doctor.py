@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_names
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_proxy
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_sweep
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import lines as _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probes as _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import proxy as _doctor_proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import sweep as _doctor_sweep
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 OWN = 4242
@@ -526,8 +526,8 @@ def test_canary_missing_probe_image_is_not_run(monkeypatch):
 
 # --- the destination guard, the rules' endpoints include, the mounts -------------------------------------
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard as G  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules as R  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as G  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as R  # noqa: E402
 
 GUARD = G.render(G.validate(['172.18.0.0/16'], gateways=['172.18.0.1'], host_gateway='172.17.0.1'),
                  gateways=['172.18.0.1'], host_gateway='172.17.0.1')

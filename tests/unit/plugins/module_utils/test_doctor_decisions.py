@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_decisions as DD
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import decisions as DD
 
 NOW = 1796504400.0
 

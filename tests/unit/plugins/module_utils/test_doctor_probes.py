@@ -4,13 +4,13 @@ import subprocess
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_isolation
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_names
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_overlay
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_sweep
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import isolation as _doctor_isolation
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import lines as _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import overlay as _doctor_overlay
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probes as _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import sweep as _doctor_sweep
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 
 EP = _endpoints.Endpoint('m1', 'models.test', 11434, 1)
 EP6 = _endpoints.Endpoint('v6', 'fd00::5', 8080, 1)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_report as dr
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import doctor_report as dr
 
 RUNNING = dict(id='proxy.running', status='ok', message='Egress proxy running (pi-dispatch-egress-proxy)', fix=None)
 MISSING = dict(id='proxy.missing', status='fail',

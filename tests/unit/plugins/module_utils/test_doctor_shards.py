@@ -5,14 +5,14 @@ import threading
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_names
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_shards
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_sweep
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._shards import Member
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import lines as _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probes as _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import shards as _doctor_shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import sweep as _doctor_sweep
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.shards import Member
 
 PROXY = 'pi-dispatch-egress-proxy'
 S1 = PROXY + '-shard-1'
@@ -605,12 +605,13 @@ class IsolationAPI(CanaryAPI):
 
 @pytest.mark.parametrize('carrier_b', [PROXY, S1])
 def test_isolation_finds_the_member_that_carries_each_job_network(monkeypatch, carrier_b):
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_isolation
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import isolation as _doctor_isolation
     nets = {'a': JobNet('pi-job-doctor-%d-a-net' % OWN, '10.47.0.8/29', PROXY),
             'b': JobNet('pi-job-doctor-%d-b-net' % OWN, '10.47.0.16/29', carrier_b)}
-    monkeypatch.setattr(_doctor_isolation._jobnet, 'create_job_network',
+    monkeypatch.setattr(_doctor_isolation._jobnet_lifecycle, 'create_job_network',
                         lambda client, job_id, **kwargs: nets[job_id[-1]])
-    monkeypatch.setattr(_doctor_isolation._jobnet, 'teardown_job_network', lambda client, job_id, **kwargs: None)
+    monkeypatch.setattr(_doctor_isolation._jobnet_lifecycle, 'teardown_job_network',
+                        lambda client, job_id, **kwargs: None)
     api = IsolationAPI({nets['a'].network: (PROXY, '10.47.0.9'), nets['b'].network: (carrier_b, '10.47.0.17')})
     lines = doctor(api, isolation=True).isolation()
     assert not [line for line in lines if 'has no address' in line.message], lines

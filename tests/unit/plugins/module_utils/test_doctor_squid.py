@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_lines
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_overlay
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_probes
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _doctor_squid
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import lines as _doctor_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import overlay as _doctor_overlay
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probes as _doctor_probes
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import squid as _doctor_squid
 
 # --- apt-cache policy and the throwaway container's output ------------------------------------------------
 
@@ -164,7 +164,7 @@ OVERLAY = """{
 
 
 def test_overlay_with_credentials_leaks_nothing(tmp_path):
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
     endpoints = [_endpoints.Endpoint('m1', 'models.test', 8080, 1, keyless=True)]
     good = OVERLAY.replace(', "name": 5', '')
     for text in (good, OVERLAY):  # a clean read, and a refused one whose message quotes the file
@@ -215,7 +215,7 @@ def test_public_suffix_lines_clean_file_says_nothing():
 
 
 def test_public_suffix_checker_is_the_allowlist_rule():
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _allowlist
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
     assert _doctor_overlay.public_suffix_checker() is _allowlist.public_suffix_covered
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints as E
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as E
 
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden', 'endpoints')
 
@@ -299,7 +299,7 @@ def test_render_accepts_dicts():
 
 
 def test_deployment_empty_include_uses_render():
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
     assert _deployment.empty_include() == E.render_include([])
 
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
 
 
 def test_inode_preserved(tmp_path):

@@ -4,7 +4,7 @@ import ipaddress
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _guard as G
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as G
 
 GATEWAYS = ['172.18.0.1', '10.47.0.1']
 HOST_GW = '172.17.0.1'

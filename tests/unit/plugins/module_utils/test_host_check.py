@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _host_check
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import host_check as _host_check
 
 
 @pytest.mark.parametrize('text, expect', [

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _image
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import image as _image
 
 DEB822 = """Types: deb
 # http://snapshot.debian.org/archive/debian/20250520T000000Z

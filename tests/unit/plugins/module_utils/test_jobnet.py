@@ -1,4 +1,4 @@
-"""Unit tables for plugins/module_utils/_jobnet.py (the published facade) and its _jobnet_*.py files (no daemon).
+"""Unit tables for plugins/module_utils/jobnet.py (the published facade) and its _jobnet_*.py files (no daemon).
 
 Public names are reached through the facade ``jn``, so the tables also prove what it exports; the
 internal helpers through their own file.
@@ -9,13 +9,13 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_engine as engine
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_gc as gc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_lifecycle as lifecycle
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_names as names
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_pool as pool
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_preflight as pf
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import engine
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import gc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import pool
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import preflight as pf
 
 PROXY = jn.PROXY_NAME
 NOW = 1_800_000_000
@@ -478,7 +478,7 @@ def test_preflight_missing_and_unavailable():
 # ---------------------------------------------------------------- the published facade
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-FUTURE_NAMES = {'absolute_import', 'division', 'print_function'}
+FUTURE_NAMES = {'annotations'}  # from __future__ import annotations
 
 
 def test_facade_exports_exactly_all():
@@ -489,7 +489,7 @@ def test_facade_exports_exactly_all():
 
 
 def test_facade_reexports_the_implementation():
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _docker_client as dc
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
     assert jn.create_job_network is lifecycle.create_job_network
     assert jn.teardown_job_network is lifecycle.teardown_job_network
     assert jn.preflight is pf.preflight and jn.Verdict is pf.Verdict

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_lock as lock
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock
 
 HOLDER = r'''
 import fcntl, os, sys, time

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _endpoints as E
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _models_json as M
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as E
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import models_json as M
 
 ENDPOINTS = E.parse(json.dumps({'version': 1, 'endpoints': [
     {'id': 'mac-ollama', 'host': 'host.docker.internal', 'port': 11434, 'slots': 2, 'keyless': True},

@@ -2,12 +2,14 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 
 
 def _spec(**kw):
-    return _proxy.desired_spec('pi-dispatch-egress-proxy:latest', '/d/deploy/egress-proxy.conf',
-                               '/d/egress-allowlist.conf', '/d/model-endpoints.conf', **kw)
+    return _proxy_spec.desired_spec('pi-dispatch-egress-proxy:latest', '/d/deploy/egress-proxy.conf',
+                                    '/d/egress-allowlist.conf', '/d/model-endpoints.conf', **kw)
 
 
 def _hardened(spec):
@@ -38,7 +40,7 @@ def _attrs(spec, running=True, paused=False, status=None, networks=None, mounts=
                                         'StartPeriod': spec['healthcheck']['start_period']}, **(health or {})),
                    'Cmd': cmd if cmd is not None else list(spec['command']),
                    # Docker merges the image's labels in: only ours are compared.
-                   'Labels': labels if labels is not None else {_proxy.LABEL_ROLE: 'proxy',
+                   'Labels': labels if labels is not None else {_proxy_spec.LABEL_ROLE: 'proxy',
                                                                 'org.opencontainers.image.title': 'x'}},
         'NetworkSettings': {'Networks': dict((n, {}) for n in (networks or ['pi-dispatch-egress-out']))},
     }
@@ -46,8 +48,8 @@ def _attrs(spec, running=True, paused=False, status=None, networks=None, mounts=
 
 def test_matching_container_has_no_differences():
     spec = _spec()
-    obs = _proxy.observed(_attrs(spec))
-    assert _proxy.differences(spec, obs, 'sha256:img') == []
+    obs = _proxy_spec.observed(_attrs(spec))
+    assert _proxy_spec.differences(spec, obs, 'sha256:img') == []
 
 
 @pytest.mark.parametrize('change, needle', [
@@ -73,31 +75,31 @@ def test_matching_container_has_no_differences():
 ])
 def test_each_difference_is_named(change, needle):
     spec = _spec()
-    obs = _proxy.observed(_attrs(spec, **change))
-    diffs = _proxy.differences(spec, obs, 'sha256:img')
+    obs = _proxy_spec.observed(_attrs(spec, **change))
+    diffs = _proxy_spec.differences(spec, obs, 'sha256:img')
     assert len(diffs) == 1 and diffs[0].startswith(needle), diffs
 
 
 def test_read_write_and_missing_mounts_are_differences():
     spec = _spec()
     rw = [{'Type': 'bind', 'Source': s, 'Destination': d, 'RW': True} for s, d in spec['mounts']]
-    diffs = _proxy.differences(spec, _proxy.observed(_attrs(spec, mounts=rw)), 'sha256:img')
+    diffs = _proxy_spec.differences(spec, _proxy_spec.observed(_attrs(spec, mounts=rw)), 'sha256:img')
     assert any('read-write' in d for d in diffs)
     two = [{'Type': 'bind', 'Source': s, 'Destination': d, 'RW': False} for s, d in spec['mounts'][:2]]
-    obs = _proxy.observed(_attrs(spec, mounts=two, labels={}))
-    assert any(d.startswith('mounts') for d in _proxy.differences(spec, obs, 'sha256:img'))
-    assert _proxy.is_ours(obs) and not _proxy.mounts_endpoints(obs)
+    obs = _proxy_spec.observed(_attrs(spec, mounts=two, labels={}))
+    assert any(d.startswith('mounts') for d in _proxy_spec.differences(spec, obs, 'sha256:img'))
+    assert _proxy_spec.is_ours(obs) and not _proxy_spec.mounts_endpoints(obs)
 
 
 def test_foreign_container_is_not_ours():
     spec = _spec()
-    obs = _proxy.observed(_attrs(spec, mounts=[], labels={'app': 'something-else'}))
-    assert not _proxy.is_ours(obs)
+    obs = _proxy_spec.observed(_attrs(spec, mounts=[], labels={'app': 'something-else'}))
+    assert not _proxy_spec.is_ours(obs)
 
 
 def test_job_networks_are_recognised():
     spec = _spec()
-    obs = _proxy.observed(_attrs(spec, networks=['pi-dispatch-egress-out', 'pi-job-a1-net', 'pi-job--nett', 'x']))
+    obs = _proxy_spec.observed(_attrs(spec, networks=['pi-dispatch-egress-out', 'pi-job-a1-net', 'pi-job--nett', 'x']))
     assert obs['job_networks'] == ['pi-job-a1-net']
 
 
@@ -136,7 +138,7 @@ def test_decision_table(state, have, differs, jobs, want):
     obs = None
     if have:
         nets = ['pi-dispatch-egress-out'] + (['pi-job-7-net'] if jobs else [])
-        obs = _proxy.observed(_attrs(spec, running=have in (R, P), paused=have == P, networks=nets))
+        obs = _proxy_spec.observed(_attrs(spec, running=have in (R, P), paused=have == P, networks=nets))
     diffs = ['image: differs'] if differs else []
     assert _proxy.decide(state if state != 'present' else 'started', obs, diffs) == want
 
@@ -161,21 +163,21 @@ def test_decision_when_the_allowlist_changed(state, have, differs, want):
     spec = _spec()
     obs = None
     if have:
-        obs = _proxy.observed(_attrs(spec, running=have in (R, P), paused=have == P,
-                                     networks=['pi-dispatch-egress-out']))
+        obs = _proxy_spec.observed(_attrs(spec, running=have in (R, P), paused=have == P,
+                                          networks=['pi-dispatch-egress-out']))
     diffs = ['image: differs'] if differs else []
     assert _proxy.decide(state, obs, diffs, allowlist_changed=True) == want
 
 
 def test_allowlist_commands_compare_and_record_the_mounted_file():
     mounted = '/etc/pi-dispatch/egress-allowlist.conf'
-    assert _proxy.allowlist_check_cmd() == ['cmp', '-s', _proxy.LOADED_ALLOWLIST, mounted]
+    assert _reload.allowlist_check_cmd() == ['cmp', '-s', _proxy_spec.LOADED_ALLOWLIST, mounted]
     # The record is taken BEFORE squid reads: at start and in the same exec as the reconfigure.
-    assert _proxy.COMMAND[-1].startswith('cp %s %s; exec squid ' % (mounted, _proxy.LOADED_ALLOWLIST))
-    assert _proxy.reconfigure_cmd()[-1].startswith('cp %s %s && ' % (mounted, _proxy.LOADED_ALLOWLIST))
+    assert _proxy_spec.COMMAND[-1].startswith('cp %s %s; exec squid ' % (mounted, _proxy_spec.LOADED_ALLOWLIST))
+    assert _reload.reconfigure_cmd()[-1].startswith('cp %s %s && ' % (mounted, _proxy_spec.LOADED_ALLOWLIST))
     # the TLS name check (a second squid of the image) rereads a changed guard first and answers again,
     # then squid rereads everything
-    script = _proxy.reconfigure_cmd()[-1]
+    script = _reload.reconfigure_cmd()[-1]
     assert script.endswith('&& exec squid -k reconfigure -f /etc/squid/squid.conf')
     peek = script.index('squid -k reconfigure -f /etc/squid/peek.conf')
     assert peek < script.index('0100007F:0C39') < script.index('exec squid -k reconfigure -f /etc/squid/squid.conf')
@@ -185,8 +187,8 @@ def test_allowlist_commands_compare_and_record_the_mounted_file():
 def test_memory_without_swap_and_the_limit_in_bytes():
     spec = _spec(limits=dict(memory='1g'))
     assert spec['memory'] == 1024 ** 3
-    obs = _proxy.observed(_attrs(spec, host={'MemorySwap': 2 * 1024 ** 3}))
-    assert [d for d in _proxy.differences(spec, obs, 'sha256:img') if d.startswith('memory+swap')]
+    obs = _proxy_spec.observed(_attrs(spec, host={'MemorySwap': 2 * 1024 ** 3}))
+    assert [d for d in _proxy_spec.differences(spec, obs, 'sha256:img') if d.startswith('memory+swap')]
 
 
 @pytest.mark.parametrize('limits, needle', [
@@ -198,7 +200,7 @@ def test_memory_without_swap_and_the_limit_in_bytes():
     (dict(log_max_file=0), 'egress_proxy_log_max_file'),
 ])
 def test_bad_limits_name_the_variable(limits, needle):
-    with pytest.raises(_proxy.ProxyError) as info:
+    with pytest.raises(_proxy_spec.ProxyError) as info:
         _spec(limits=limits)
     assert needle in str(info.value)
 
@@ -210,7 +212,7 @@ def test_the_hardened_shape():
     assert spec['security_opt'] == ['no-new-privileges:true']
     assert set(spec['tmpfs']) == {'/tmp', '/run/squid'}
     assert ('/d/egress-guard.conf', '/etc/pi-dispatch/egress-guard.conf') in spec['mounts']
-    kwargs = _proxy.create_kwargs(spec)
+    kwargs = _proxy_spec.create_kwargs(spec)
     assert kwargs['memswap_limit'] == kwargs['mem_limit'] == spec['memory']
     assert kwargs['log_config'] == {'type': 'json-file', 'config': {'max-size': '10m', 'max-file': '3'}}
 
@@ -226,7 +228,7 @@ def test_the_hardened_shape():
 ])
 def test_consent_rule(actions, running, jobs, cut, refused):
     spec = _spec()
-    obs = _proxy.observed(_attrs(spec, running=running, networks=['pi-dispatch-egress-out'] + jobs))
+    obs = _proxy_spec.observed(_attrs(spec, running=running, networks=['pi-dispatch-egress-out'] + jobs))
     assert _proxy.jobs_cut(actions, obs) == cut
     refusal = _proxy.consent_refusal(actions, obs, False)
     assert bool(refusal) is refused
@@ -237,7 +239,8 @@ def test_consent_rule(actions, running, jobs, cut, refused):
 
 def test_a_replaced_proxy_rejoins_every_network_but_the_upstream():
     spec = _spec()
-    obs = _proxy.observed(_attrs(spec, networks=['pi-dispatch-egress-out', 'pi-job-a-net', 'client-net', 'bridge']))
+    networks = ['pi-dispatch-egress-out', 'pi-job-a-net', 'client-net', 'bridge']
+    obs = _proxy_spec.observed(_attrs(spec, networks=networks))
     assert _proxy.reattach_networks(obs, 'pi-dispatch-egress-out') == ['client-net', 'pi-job-a-net']
 
 
@@ -249,10 +252,10 @@ def test_stale_mounts_are_found_by_content(tmp_path):
     old = hashlib.sha256(b'old.test\n').hexdigest()
     new = hashlib.sha256(b'new.test\n').hexdigest()
     out = '%s  /etc/pi-dispatch/egress-allowlist.conf\n' % old
-    assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == [
+    assert _reload.stale_mounts(spec, _reload.parse_digests(out)) == [
         (str(src), '/etc/pi-dispatch/egress-allowlist.conf')]
     out = '%s  /etc/pi-dispatch/egress-allowlist.conf\n' % new
-    assert _proxy.stale_mounts(spec, _proxy.parse_digests(out)) == []
+    assert _reload.stale_mounts(spec, _reload.parse_digests(out)) == []
 
 
 def test_host_gateway_is_read_from_the_hosts_file():
@@ -273,7 +276,7 @@ def test_the_shard_bound_is_a_label_only_when_set(bound, label):
 
 @pytest.mark.parametrize('bound', [-1, True, '10', 2.5])
 def test_a_shard_bound_that_is_not_a_count_is_refused(bound):
-    with pytest.raises(_proxy.ProxyError) as info:
+    with pytest.raises(_proxy_spec.ProxyError) as info:
         _spec(shard_bound=bound)
     assert 'egress_proxy_shard_bound' in str(info.value) and 'whole number' in str(info.value)
 
@@ -290,10 +293,10 @@ BOUND = 'io.pi-dispatch.egress.shard-bound'
 ])
 def test_the_shard_bound_label_is_compared_both_ways(wanted, running_label, differs):
     spec = _spec(shard_bound=wanted)
-    labels = {_proxy.LABEL_ROLE: 'proxy'}
+    labels = {_proxy_spec.LABEL_ROLE: 'proxy'}
     if running_label is not None:
         labels[BOUND] = running_label
-    diffs = _proxy.differences(spec, _proxy.observed(_attrs(spec, labels=labels)), 'sha256:img')
+    diffs = _proxy_spec.differences(spec, _proxy_spec.observed(_attrs(spec, labels=labels)), 'sha256:img')
     assert bool(diffs) is differs, diffs
     if differs:
         wanted_text = None if wanted is None else str(wanted)
@@ -320,15 +323,15 @@ def test_the_decision_log_is_one_read_write_folder_and_three_variables():
     assert spec['environment'] == {'PI_EGRESS_DECISION_LOG_NAME': 'pi-dispatch-egress-proxy',
                                    'PI_EGRESS_DECISION_LOG_MAX_BYTES': str(1024 * 1024),
                                    'PI_EGRESS_DECISION_LOG_KEEP': '3'}
-    assert _proxy.create_kwargs(spec)['environment'] == spec['environment']
-    assert _proxy.differences(spec, _proxy.observed(_log_attrs(spec)), 'sha256:img') == []
+    assert _proxy_spec.create_kwargs(spec)['environment'] == spec['environment']
+    assert _proxy_spec.differences(spec, _proxy_spec.observed(_log_attrs(spec)), 'sha256:img') == []
     # read-only, missing, or other variables: each a difference, so the proxy is replaced
-    assert any('read-write' in d for d in _proxy.differences(spec, _proxy.observed(_log_attrs(spec, rw=False)),
-                                                             'sha256:img'))
-    assert any(d.startswith('environment') for d in _proxy.differences(
-        spec, _proxy.observed(_log_attrs(spec, env=['PATH=/usr/bin'])), 'sha256:img'))
-    old = _proxy.observed(_attrs(spec))   # a proxy from before the decision log
-    assert any(d.startswith('mounts') for d in _proxy.differences(spec, old, 'sha256:img'))
+    ro = _proxy_spec.observed(_log_attrs(spec, rw=False))
+    assert any('read-write' in d for d in _proxy_spec.differences(spec, ro, 'sha256:img'))
+    assert any(d.startswith('environment') for d in _proxy_spec.differences(
+        spec, _proxy_spec.observed(_log_attrs(spec, env=['PATH=/usr/bin'])), 'sha256:img'))
+    old = _proxy_spec.observed(_attrs(spec))   # a proxy from before the decision log
+    assert any(d.startswith('mounts') for d in _proxy_spec.differences(spec, old, 'sha256:img'))
     # and without one, nothing of it is wanted
     assert _spec()['log_mount'] is None and _spec()['environment'] == {}
 
@@ -343,7 +346,7 @@ def test_the_decision_log_is_one_read_write_folder_and_three_variables():
     (dict(dir='/d', keep=True), 'egress_decision_log_keep'),
 ])
 def test_bad_decision_log_settings_name_the_variable(log, needle):
-    with pytest.raises(_proxy.ProxyError) as info:
+    with pytest.raises(_proxy_spec.ProxyError) as info:
         _spec(decision_log=log)
     assert needle in str(info.value)
 
@@ -360,9 +363,9 @@ def test_the_log_folder_is_made_for_the_proxy_user_and_a_symlink_is_refused(tmp_
     assert chowned == [(str(folder), 13, 13)]
     (tmp_path / 'link').symlink_to(folder)
     manager = _proxy.ProxyManager(None, _spec(decision_log=dict(dir=str(tmp_path / 'link'))))
-    with pytest.raises(_proxy.ProxyError) as info:
+    with pytest.raises(_proxy_spec.ProxyError) as info:
         manager.ensure_log_dir()
     assert 'is a symlink' in str(info.value) and 'Nothing was changed' in str(info.value)
     (tmp_path / 'afile').write_text('x')
-    with pytest.raises(_proxy.ProxyError):
+    with pytest.raises(_proxy_spec.ProxyError):
         _proxy.ProxyManager(None, _spec(decision_log=dict(dir=str(tmp_path / 'afile')))).check_log_dir()

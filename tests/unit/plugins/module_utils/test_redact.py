@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _redact
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import redact as _redact
 
 CASES = [
     ('http://user:secret@models.test:8080/v1', 'http://***@models.test:8080/v1'),

@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _refresh
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import refresh as _refresh
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
 NOW = datetime.datetime(2026, 12, 3, 8, 20, 5, tzinfo=datetime.timezone.utc)
 TS = '20261203T082005Z'
@@ -340,7 +340,7 @@ def test_a_backup_that_cannot_be_written_whole_is_not_left(folder, monkeypatch):
 
 
 def test_a_failed_rules_write_takes_its_backup_away_again(folder, monkeypatch):
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _files
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
 
     def full(path, content, like=None):
         raise OSError(28, 'No space left on device')

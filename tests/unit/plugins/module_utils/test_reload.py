@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _deployment
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 
 
 class _Result(object):
@@ -103,7 +103,7 @@ def test_a_refused_parse_reconfigures_nothing(deploy):
 
 def test_a_failed_reconfigure_is_a_proxy_error_not_a_refusal(deploy):
     container = _Container(reconfigure_rc=1)
-    with pytest.raises(_proxy.ProxyError) as caught:
+    with pytest.raises(_proxy_spec.ProxyError) as caught:
         _reload.reload(container, deploy)
     assert not isinstance(caught.value, _reload.ParseRefused)
     assert 'squid -k reconfigure exited 1' in str(caught.value)
@@ -132,24 +132,23 @@ def _obs_from(spec, **changes):
 
 
 def test_shape_diff_shows_the_setting_that_differs_before_and_after(deploy):
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy_spec
-    spec = _proxy.desired_spec('pi-dispatch-egress-proxy:latest', deploy['rules'], deploy['allowlist'],
-                               deploy['endpoints_conf'], guard=deploy['guard_conf'])
+    spec = _proxy_spec.desired_spec('pi-dispatch-egress-proxy:latest', deploy['rules'], deploy['allowlist'],
+                                    deploy['endpoints_conf'], guard=deploy['guard_conf'])
     obs = _obs_from(spec, health_timing=_proxy_spec._timing(spec))
-    assert _proxy.differences(spec, obs, 'sha256:aaa') == []
-    same = _proxy.shape_diff(spec, obs, 'sha256:aaa')
+    assert _proxy_spec.differences(spec, obs, 'sha256:aaa') == []
+    same = _proxy_spec.shape_diff(spec, obs, 'sha256:aaa')
     assert same['before'] == same['after']
     changed = dict(obs, cap_drop=[], pids_limit=0)
-    diff = _proxy.shape_diff(spec, changed, 'sha256:aaa')
+    diff = _proxy_spec.shape_diff(spec, changed, 'sha256:aaa')
     before = set(diff['before'].splitlines())
     after = set(diff['after'].splitlines())
     assert before - after == set(['capabilities dropped: []', 'pids limit: 0'])
     assert after - before == set(["capabilities dropped: ['ALL']", 'pids limit: %d' % spec['pids_limit']])
-    assert len(_proxy.differences(spec, changed, 'sha256:aaa')) == 2
+    assert len(_proxy_spec.differences(spec, changed, 'sha256:aaa')) == 2
 
 
 def test_shape_diff_of_a_missing_proxy_says_it_is_created(deploy):
-    spec = _proxy.desired_spec('pi-dispatch-egress-proxy:latest', deploy['rules'], deploy['allowlist'],
-                               deploy['endpoints_conf'])
-    diff = _proxy.shape_diff(spec, None, None)
+    spec = _proxy_spec.desired_spec('pi-dispatch-egress-proxy:latest', deploy['rules'], deploy['allowlist'],
+                                    deploy['endpoints_conf'])
+    diff = _proxy_spec.shape_diff(spec, None, None)
     assert diff['before'] == '' and 'created from pi-dispatch-egress-proxy:latest' in diff['after']

@@ -1,6 +1,6 @@
 """Structure of the packaged squid rules: what is there and in which order."""
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
 
 def _directives():

@@ -11,9 +11,9 @@ import docker.errors
 import pytest
 import requests
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as jn
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet_engine as engine
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _shards as sh
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import engine
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as sh
 
 P = 'pi-dispatch-egress-proxy'
 
@@ -376,7 +376,7 @@ def test_a_restarted_shard_must_come_back_healthy():
 
 
 def test_shard_consent_counts_each_shard():
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _proxy
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
     plan = sh.follow_plan([m(0, 0), m(1, 2), m(2, 0), m(3, 1)], ['restart'])
     refusal = _proxy.shard_consent_refusal(plan, allow_cut_jobs=False)
     assert refusal.startswith('Refused, nothing changed: following the proxy, ')

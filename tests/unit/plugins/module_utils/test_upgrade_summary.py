@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import _upgrade_summary as us
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import upgrade_summary as us
 
 
 def report(**kw):

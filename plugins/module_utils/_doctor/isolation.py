@@ -1,0 +1,237 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The doctor's job-to-job isolation check: two peers on two real job networks.
+
+Two job networks from the job pool (``pi-job-doctor-<pid>-<a|b>-net``, made and
+torn down with ``_jobnet`` like a job's), each with the proxy and one peer at a
+fixed address. Each peer, directly (no proxy), must reach the proxy and neither
+the other peer (by name or address) nor the proxy's address on the other
+network. The pure part (:func:`isolation_script`, :func:`parse_isolation_output`,
+:func:`classify_isolation`) is unit-tested; :class:`IsolationMixin` runs it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
+    PEERS, daemon_locality, isolation_job_id, isolation_network_name, peer_name)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import PROBE_MARK
+
+ISOLATION_CONNECT_TIMEOUT = 3  # a dropped packet is a timeout; 3 s is plenty on one host
+
+
+def peer_address(subnet, peer='a'):
+    """The fixed address a peer takes on its job network: the subnet's last usable one for a, the one before for b.
+
+    Distinct per peer, so that two peers that end up on one network (the
+    failure this check exists to catch) still both start and can be told apart.
+    """
+    hosts = list(ipaddress.ip_network(subnet, strict=False).hosts())
+    return str(hosts[-1 - PEERS.index(peer)])
+
+
+ISOLATION_CHECKS = ('proxy', 'peer_name', 'peer_address', 'proxy_other')
+# What a connect that never left the peer says (curl -v): no route, so not reached.
+UNROUTED = ('Network is unreachable', 'No route to host')
+ERRNO_LINES = '^curl: |Network is unreachable|No route to host|Connection refused'
+
+
+def isolation_script(targets, timeout=ISOLATION_CONNECT_TIMEOUT, settle=1):
+    """Shell for one peer: the checks of ``targets`` (key -> URL) at once, each bounded, then a parseable trailer.
+
+    Direct (``--noproxy '*'``): a job that ignores its proxy variables is what
+    isolation must hold against. ``settle`` seconds first, so the other peer is
+    up, and as long again at the end, so it stays up while the other probes it.
+    """
+    parts = ['sleep %d' % int(settle)]
+    for key in ISOLATION_CHECKS:
+        url = targets[key]
+        # -v: curl's exit 7 is both a refusal (packets got there) and "Network is unreachable" (no
+        # route: Docker 26 and newer give an internal network's container none); only the verbose
+        # lines tell them apart, so the error kept is those lines plus curl's own.
+        parts.append("(curl -sS -v --noproxy '*' --connect-timeout %d --max-time %d -o /dev/null -w '%%{http_code}' "
+                     "'%s' >/tmp/o-%s 2>/tmp/v-%s; echo $? >/tmp/r-%s; grep -E '%s' /tmp/v-%s >/tmp/e-%s) &"
+                     % (int(timeout), int(timeout) + 2, url, key, key, key, ERRNO_LINES, key, key))
+    parts.append('wait')
+    for key in ISOLATION_CHECKS:
+        parts.append('echo "%s-ISO %s $(cat /tmp/o-%s 2>/dev/null) $(cat /tmp/r-%s 2>/dev/null) '
+                     '$(head -c 200 /tmp/e-%s 2>/dev/null | tr \'\\n\' \' \')"' % (PROBE_MARK, key, key, key, key))
+    parts.append('sleep %d' % int(settle))
+    return '\n'.join(parts) + '\n'
+
+
+def parse_isolation_output(text):
+    """key -> dict(code, rc, error) from a peer's output; None when a check's trailer is missing."""
+    found = {}
+    for raw in (text or '').splitlines():
+        if not raw.startswith(PROBE_MARK + '-ISO '):
+            continue
+        words = raw.split(None, 4)
+        if len(words) < 4 or words[1] not in ISOLATION_CHECKS:
+            continue
+        code = int(words[2]) if words[2].isdigit() else 0
+        rc = int(words[3]) if words[3].lstrip('-').isdigit() else None
+        found[words[1]] = dict(code=code, rc=rc, error=(words[4].strip() if len(words) > 4 else ''))
+    return found if all(key in found for key in ISOLATION_CHECKS) else None
+
+
+def reached(check):
+    """Whether a direct connection got anything back: an HTTP answer, or a refused connection (curl exit 7).
+
+    Docker drops traffic between networks, which is a timeout (exit 28), a
+    name that does not resolve (exit 6), or, where the container has no route
+    there at all, exit 7 with "Network is unreachable" / "No route to host"; a
+    refusal means packets got there.
+    """
+    if check['code']:
+        return True
+    if check['rc'] != 7:
+        return False
+    return not any(text in (check['error'] or '') for text in UNROUTED)
+
+
+def _check_text(check):
+    if check['code']:
+        return 'HTTP %d' % check['code']
+    return 'curl exit %s%s' % (check['rc'], ': ' + check['error'] if check['error'] else '')
+
+
+def classify_isolation(peers):
+    """One line from both peers' results.
+
+    ``peers``: list of dict(peer, net, other, targets, result, why), ``result``
+    from :func:`parse_isolation_output` (None: the peer gave no reading).
+    """
+    for peer in peers:
+        if peer['result'] is None:
+            return Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (%s on %s: %s)'
+                        % (peer['peer'], peer['net'], peer['why'] or 'it printed no result'))
+    leaks = []
+    for peer in peers:
+        result = peer['result']
+        for key, what in (('peer_name', "%s's name"), ('peer_address', "%s's address"),
+                          ('proxy_other', "the proxy's address on %s's network")):
+            if reached(result[key]):
+                leaks.append('%s on %s reached %s (%s: %s)' % (
+                    peer['peer'], peer['net'], what % peer['other'], peer['targets'][key], _check_text(result[key])))
+    if leaks:
+        return Line('isolation.leaks', 'fail', 'Job-to-job isolation is broken: %s' % '; '.join(leaks),
+                    fix='job networks must be created --internal, one per job (pi_dispatch.egress.job_network); '
+                        'docker network inspect <net> shows Internal and what is attached')
+    for peer in peers:
+        check = peer['result']['proxy']
+        if not check['code']:
+            return Line('isolation.proxy_unreached', 'fail',
+                        'Job-to-job isolation: %s on %s does not reach the proxy (%s: %s), so a job there gets no '
+                        'egress' % (peer['peer'], peer['net'], peer['targets']['proxy'], _check_text(check)),
+                        fix='docker network connect %s <proxy>; pi_dispatch.egress.job_network attaches it'
+                            % peer['net'])
+    a, b = peers
+    return Line('isolation.peers', 'ok',
+                "Job-to-job isolation: %s on %s and %s on %s each reach the proxy and not each other (by name, by "
+                "address, nor through the proxy's address on the other network)"
+                % (a['peer'], a['net'], b['peer'], b['net']))
+
+
+# --- the daemon side -------------------------------------------------------------------------------
+
+class IsolationMixin(object):
+    """The isolation check for :class:`_doctor.Doctor` (its client, proxy, pid, job pool; probe containers)."""
+
+    def _isolation_skipped(self, why):
+        return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (%s)' % why)]
+
+    def isolation(self):
+        """Two peers on two real job networks: each must reach the proxy and not the other."""
+        made, lines = [], []
+        local = daemon_locality(self.docker_host, self.environ)[0]
+        try:
+            nets = {}
+            try:
+                for peer in PEERS:
+                    nets[peer] = _jobnet_lifecycle.create_job_network(
+                        self.client, isolation_job_id(self.pid, peer), proxy_name=self.proxy, pool=self.job_pool,
+                        prefix=self.job_prefix, routes=None if local else [])
+                    made.append(peer)
+                proxy_ips = {}
+                for peer in PEERS:
+                    # The member of the proxy's family that carries it: the proxy, or a shard (under the
+                    # proxy's name as its alias, so the peer still dials the proxy's name).
+                    carrier = getattr(nets[peer], 'proxy', None) or self.proxy
+                    attrs = self.client.api.inspect_network(nets[peer].network)
+                    ours = [c for c in (attrs.get('Containers') or {}).values() if c.get('Name') == carrier]
+                    proxy_ips[peer] = (ours[0].get('IPv4Address') or '').split('/')[0] if ours else ''
+                    if not proxy_ips[peer]:
+                        raise dc.EngineError('the proxy has no address on %s' % nets[peer].network
+                                             if carrier == self.proxy else
+                                             'the proxy shard %s has no address on %s' % (carrier, nets[peer].network))
+            except Exception as exc:
+                return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (setting up the '
+                             'job networks failed: %s)' % ' '.join(str(exc).split()),
+                             fix='ansible-playbook pi_dispatch.egress.gc, then re-run doctor')]
+            addresses = dict((peer, peer_address(nets[peer].subnet, peer)) for peer in PEERS)
+            port = _rules.PROXY_PORT
+            specs = []
+            for peer, other in (('a', 'b'), ('b', 'a')):
+                targets = dict(proxy='http://%s:%d/' % (self.proxy, port),
+                               peer_name='http://%s:%d/' % (peer_name(other, self.pid), port),
+                               peer_address='http://%s:%d/' % (addresses[other], port),
+                               proxy_other='http://%s:%d/' % (proxy_ips[other], port))
+                specs.append(dict(peer=peer_name(peer, self.pid), net=nets[peer].network,
+                                  other=peer_name(other, self.pid), targets=targets, address=addresses[peer],
+                                  key='peer-%s' % peer))
+            raw = {}
+            wait = ISOLATION_CONNECT_TIMEOUT + 2 + 2 + self.start_grace
+            threads = [threading.Thread(target=self._run_container,
+                                        args=(spec['key'], spec['peer'], isolation_script(spec['targets']),
+                                              spec['net'], raw, wait),
+                                        kwargs=dict(address=spec['address'])) for spec in specs]
+            for thread in threads:
+                thread.daemon = True
+                thread.start()
+            for thread in threads:
+                thread.join(wait + 15)
+            for spec in specs:
+                text, why = raw.get(spec['key'], (None, 'it did not finish within %ss' % wait))
+                spec['result'] = parse_isolation_output(text) if text is not None else None
+                spec['why'] = why if text is None else (None if spec['result'] else
+                                                        'it printed no result (%s)' % ' '.join(text.split())[-200:])
+            lines.append(classify_isolation(specs))
+            return lines
+        finally:
+            lines.extend(self._isolation_teardown(made))
+
+    def _isolation_teardown(self, made):
+        """Every peer first (a peer may sit on either network), then the job networks."""
+        lines = []
+        stuck = {}
+        for peer in PEERS:
+            name = peer_name(peer, self.pid)
+            try:
+                self.client.api.remove_container(name, force=True)
+            except Exception as exc:
+                if not dc.is_not_found(exc):
+                    stuck[peer] = (name, dc.api_message(exc))
+        for peer in made:
+            net = isolation_network_name(self.pid, peer)
+            if peer in stuck:
+                name, why = stuck[peer]
+                lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down '
+                                  '(the peer %s would not go: %s)' % (net, name, why),
+                                  fix='docker rm -f %s; the next doctor run sweeps %s' % (name, net)))
+                continue
+            try:
+                _jobnet_lifecycle.teardown_job_network(self.client, isolation_job_id(self.pid, peer),
+                                                       proxy_name=self.proxy)
+            except Exception as exc:
+                lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down (%s)'
+                                  % (net, ' '.join(str(exc).split())),
+                                  fix='docker network inspect %s, then docker network rm %s' % (net, net)))
+        return lines

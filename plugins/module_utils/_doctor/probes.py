@@ -1,0 +1,502 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The doctor's probes: probe containers that run one bounded curl through the proxy, and their verdicts.
+
+* the canary's five probes (:data:`PROBES`): the provider is reached, an
+  unlisted host is denied, plain HTTP to a listed host on port 443 is refused,
+  a tunnel to the provider carrying a TLS hello for the unlisted host is cut
+  (the TLS name check), and plain bytes in a tunnel to the provider's 443 are cut;
+* three probes per declared model endpoint (:data:`ENDPOINT_PROBES`): a
+  CONNECT tunnel, the nearest undeclared port, a plain forward request.
+
+The pure part (:func:`probe_script`, :func:`parse_probe_output`, the
+``classify_*`` functions) is unit-tested without a daemon; :class:`ProbesMixin`
+runs the containers (for :class:`_doctor.Doctor`, which runs them all at once
+on the canary's network) and removes them with :meth:`ProbesMixin.teardown`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
+    LABEL, PEERS, peer_name, probe_name, probe_shard, shard_network_name)
+
+PROBES = ('provider', 'deny', 'plain', 'sni', 'tunnel_plain')
+ENDPOINT_PROBES = ('tunnel', 'port', 'plain')
+ENDPOINT_PROBE_LABELS = {'tunnel': 'tunnel', 'port': 'port-exact', 'plain': 'plain-request'}
+
+
+# --- probe results: pure classification ------------------------------------------------------
+
+PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
+
+
+def probe_script(url, proxy_url, timeout, tunnel=False, connect_to=None):
+    """The shell the probe container runs: one curl, bounded, with a parseable trailer.
+
+    ``-k``: no credential is sent, so the certificate is not what is proved;
+    reaching the host through the tunnel is. ``connect_to`` (``host:port:other:port``): the tunnel
+    goes to the other host while the TLS hello names the URL's (curl's ``--connect-to``).
+    """
+    curl = ['curl', '-sS', '-k', '--max-time', str(int(timeout)), '--connect-timeout', str(int(timeout)),
+            '-o', '/dev/null', '-D', '/tmp/h', '-w', "'%s %%{http_code} %%{http_connect}\\n'" % PROBE_MARK,
+            '--proxy', proxy_url]
+    # An http:// URL through --proxy is a plain forward request (GET http://host:port/), unless -p
+    # (--proxytunnel) asks for a CONNECT tunnel first, as a job's client does for a model server.
+    if tunnel:
+        curl.append('-p')
+    if connect_to:
+        curl += ['--connect-to', "'%s'" % connect_to]
+    curl.append("'%s'" % url)
+    return ('%s 2>/tmp/e; rc=$?; echo "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
+            'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (' '.join(curl), PROBE_MARK, PROBE_MARK, PROBE_MARK))
+
+
+def parse_probe_output(text):
+    """dict(rc, code, connect, squid_error, headers, error) from the probe's output (None: no trailer)."""
+    result = dict(rc=None, code=0, connect=0, squid_error=None, error='')
+    section = None
+    found = False
+    for raw in (text or '').splitlines():
+        line = raw.rstrip('\r')
+        if line.startswith(PROBE_MARK + ' '):
+            found = True
+            words = line.split()
+            if len(words) > 1 and words[1].isdigit():
+                result['code'] = int(words[1])
+            if len(words) > 2 and words[2].isdigit():
+                result['connect'] = int(words[2])
+            continue
+        if line.startswith(PROBE_MARK + '-rc '):
+            value = line.split()[-1]
+            result['rc'] = int(value) if value.lstrip('-').isdigit() else None
+            continue
+        if line == PROBE_MARK + '-headers':
+            section = 'headers'
+            continue
+        if line == PROBE_MARK + '-stderr':
+            section = 'stderr'
+            continue
+        if section == 'headers' and line.lower().startswith('x-squid-error:'):
+            result['squid_error'] = line.split(':', 1)[1].strip()
+        elif section == 'stderr' and line.strip():
+            result['error'] = (result['error'] + ' ' + line.strip()).strip()
+    return result if found else None
+
+
+def _no_answer(result):
+    return 'no answer (curl exit %s%s)' % (result.get('rc'), ': ' + result['error'] if result.get('error') else '')
+
+
+def classify_provider(provider, result, why_not=None):
+    if result is None:
+        return notrun_line('provider', why_not or 'the probe printed no result')
+    connect, code = result['connect'], result['code']
+    if connect == 200 and code:
+        return Line('canary.provider', 'ok',
+                    'Egress policy reaches the provider (%s answered %d, so the whole path works and no key was '
+                    'spent)' % (provider, code))
+    if connect and connect != 200:
+        what = 'the proxy answered the tunnel with %d%s' % (connect, ' (refused by the rules)' if connect == 403 else
+                                                            ' (it let the tunnel through and nothing answered)'
+                                                            if connect == 503 else '')
+    elif connect == 200:
+        what = 'the tunnel opened but the provider did not answer (%s)' % _no_answer(result)
+    else:
+        return notrun_line('provider', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('canary.provider_unreached', 'warn', 'Egress policy does not reach the provider (%s: %s)'
+                % (provider, what),
+                fix='list %s in egress-allowlist.conf, then reload the proxy (ansible-playbook '
+                    'pi_dispatch.egress.site -e egress_proxy_state=reloaded)' % provider)
+
+
+def classify_deny(deny, result, why_not=None):
+    if result is None:
+        return notrun_line('deny', why_not or 'the probe printed no result')
+    connect, code = result['connect'], result['code']
+    if connect == 403:
+        return Line('canary.deny', 'ok',
+                    'Egress policy denies an unlisted host (%s: the proxy refused the tunnel with 403; the deny '
+                    'direction is the half an allowlist can silently lose)' % deny)
+    if connect == 200 or code:
+        what = 'the proxy opened the tunnel%s' % (' and the host answered %d' % code if code else '')
+    elif connect:
+        what = 'the proxy answered the tunnel with %d, so it tried to connect' % connect
+    else:
+        return notrun_line('deny', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('canary.deny_leaks', 'fail', 'Egress policy lets an unlisted host through (%s: %s)' % (deny, what),
+                fix='remove %s (or the rule that admits it) from the proxy rules or the allowlist, then restart '
+                    'the proxy (ansible-playbook pi_dispatch.egress.site -e egress_proxy_state=restarted)' % deny)
+
+
+def classify_plain(listed, result, why_not=None):
+    if result is None:
+        return notrun_line('plain', why_not or 'the probe printed no result')
+    code, error = result['code'], result.get('squid_error') or ''
+    if code == 403 and error.startswith('ERR_ACCESS_DENIED'):
+        return Line('canary.plain', 'ok',
+                    "Egress policy refuses plain HTTP to a listed host off port 80 (%s:443 without a tunnel got "
+                    "squid's 403 %s; only a CONNECT reaches 443)" % (listed, error.split()[0]))
+    if not code:
+        return notrun_line('plain', 'the proxy gave no answer: %s' % _no_answer(result))
+    detail = ' X-Squid-Error: %s' % error if error else ' from upstream'
+    what = 'GET http://%s:443/ without a tunnel got %d%s' % (listed, code, detail)
+    return Line('canary.plain_leaks', 'fail', 'Egress policy lets plain HTTP through to %s on port 443 (%s)'
+                % (listed, what),
+                fix='refresh deploy/egress-proxy.conf to the packaged rules (they allow a plain request only to '
+                    'port 80), then restart the proxy (ansible-playbook pi_dispatch.egress.site '
+                    '-e egress_proxy_state=restarted)')
+
+
+def _tls_check_verdict(result, why_not, probe):
+    """(connect, code) when the probe's tunnel opened, else the notrun Line to return instead."""
+    if result is None:
+        return notrun_line(probe, why_not or 'the probe printed no result')
+    connect = result['connect']
+    if connect == 403:
+        return notrun_line(probe, 'the proxy refused the tunnel to the provider (403), so there was no tunnel to '
+                                  'check; list the provider (see canary.provider)')
+    if connect != 200:
+        return notrun_line(probe, 'the tunnel to the provider did not open: %s' % (
+            'the proxy answered %d' % connect if connect else _no_answer(result)))
+    return None
+
+
+_TLS_CHECK_FIX = ('refresh the proxy to rules version 3 and its image (ansible-playbook pi_dispatch.egress.upgrade '
+                  '-e egress_upgrade_refresh_rules=true; docs/rules.md, "The TLS name check")')
+
+
+def classify_sni(provider, deny, result, why_not=None):
+    """A tunnel to the provider's 443 whose TLS hello names the unlisted host: cut, or domain fronting works."""
+    notrun = _tls_check_verdict(result, why_not, 'sni')
+    if notrun is not None:
+        return notrun
+    if not result['code']:
+        return Line('canary.sni', 'ok',
+                    'Egress policy cuts a tunnel whose TLS name is not its CONNECT host (CONNECT %s:443 carrying a '
+                    'hello for %s: the TLS name check cut it, nothing was answered)' % (provider, deny))
+    return Line('canary.sni_leaks', 'fail',
+                'Egress policy lets a listed host\'s tunnel carry TLS for another name (CONNECT %s:443 with the '
+                'hello for %s got HTTP %d: domain fronting passes)' % (provider, deny, result['code']),
+                fix=_TLS_CHECK_FIX)
+
+
+def classify_tunnel_plain(provider, result, why_not=None):
+    """Plain HTTP bytes in a tunnel to the provider's 443: cut, or any protocol passes there."""
+    notrun = _tls_check_verdict(result, why_not, 'tunnel_plain')
+    if notrun is not None:
+        return notrun
+    if not result['code']:
+        return Line('canary.tunnel_plain', 'ok',
+                    'Egress policy cuts plain bytes in a tunnel to 443 (a plain GET inside CONNECT %s:443: the TLS '
+                    'name check cut it, nothing was answered)' % provider)
+    return Line('canary.tunnel_plain_leaks', 'fail',
+                'Egress policy lets plain bytes through a tunnel to 443 (a plain GET inside CONNECT %s:443 got HTTP '
+                '%d: any protocol passes on 443)' % (provider, result['code']), fix=_TLS_CHECK_FIX)
+
+
+def notrun_line(probe, why):
+    return Line('canary.notrun', 'notrun', 'Egress canary probe %s did not run (%s)' % (probe, why))
+
+
+# --- model endpoint probes: pure ------------------------------------------------------------
+
+def next_undeclared_port(port, declared_ports):
+    """The nearest port above ``port`` that nobody declared for that host, never 80 or 443.
+
+    Below ``port`` only when nothing above is free; None when no port is left.
+    """
+    taken = set(declared_ports) | set((80, 443))
+    for candidate in range(port + 1, 65536):
+        if candidate not in taken:
+            return candidate
+    for candidate in range(port - 1, 0, -1):
+        if candidate not in taken:
+            return candidate
+    return None
+
+
+def endpoint_targets(endpoint, endpoints):
+    """(kind, url, tunnel) for the three probes of ``endpoint``; the port probe is None without a free port."""
+    host = _endpoint_host(endpoint)
+    same_host = [e.port for e in endpoints if e.host == endpoint.host]
+    other = next_undeclared_port(endpoint.port, same_host)
+    return [
+        ('tunnel', 'http://%s/v1/models' % endpoint.address, True),
+        ('port', ('http://%s:%d/' % (host, other)) if other else None, True),
+        ('plain', 'http://%s/v1/models' % endpoint.address, False),
+    ]
+
+
+def _endpoint_host(endpoint):
+    return '[%s]' % endpoint.host if endpoint.kind == 'ipv6' else endpoint.host
+
+
+def _endpoint_fix():
+    return ('ansible-playbook pi_dispatch.egress.endpoints (render and reload); if that changes nothing, compare '
+            'deploy/egress-proxy.conf with the packaged rules')
+
+
+def classify_endpoint_tunnel(endpoint, result, timeout, why_not=None):
+    if result is None:
+        return endpoint_notrun_line(endpoint, 'tunnel', why_not or 'the probe printed no result')
+    connect, code, rc = result['connect'], result['code'], result.get('rc')
+    head = 'GET http://%s/v1/models through a CONNECT tunnel' % endpoint.address
+    if connect == 200 and code:
+        if 200 <= code < 300:
+            return Line('endpoint.tunnel', 'ok', 'Model endpoint %s answers through the proxy (%s: %d)'
+                        % (endpoint.id, head, code))
+        if code in (401, 403):
+            return Line('endpoint.tunnel', 'ok', 'Model endpoint %s answers through the proxy (%s: %d from the '
+                        'server: the route works and the server wants a key)' % (endpoint.id, head, code))
+        what = ('the server answered %d; Ollama, llama-server, vLLM and LM Studio all serve that path, so check '
+                'that %s is the model server' % (code, endpoint.address))
+        fix = 'curl the server on its own host: curl http://%s/v1/models' % endpoint.address
+    elif connect == 200:
+        if rc == 28:
+            what = ('the tunnel opened and no answer came within %ds: the server took the connection and is '
+                    'stuck or busy' % timeout)
+        else:
+            what = ('the tunnel opened and the server closed the plain request (%s); a TLS server does that, '
+                    'and a model server behind https:// is not what the overlay\'s http:// baseUrl reaches'
+                    % _no_answer(result))
+        fix = 'check the server at %s (its logs, its load)' % endpoint.address
+    elif connect == 503:
+        what = ('the proxy answered 503: it let the tunnel through and nothing answered, so the server is down or '
+                'listens where the proxy cannot reach it')
+        fix = ('start the server, listening on an address the proxy reaches (not 127.0.0.1 of its host), then '
+               're-run doctor')
+    elif connect == 403:
+        what = "the proxy answered 403: its rules do not allow it"
+        fix = _endpoint_fix()
+    elif connect:
+        what = 'the proxy answered %d' % connect
+        fix = 'docker logs --tail 50 <proxy>'
+    else:
+        return endpoint_notrun_line(endpoint, 'tunnel', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('endpoint.tunnel_fails', 'warn', 'Model endpoint %s does not answer through the proxy (%s: %s)'
+                % (endpoint.id, head, what), fix=fix)
+
+
+def classify_endpoint_port(endpoint, url, result, why_not=None):
+    if url is None:
+        return endpoint_notrun_line(endpoint, 'port-exact', 'every other port of %s is declared' % endpoint.host)
+    if result is None:
+        return endpoint_notrun_line(endpoint, 'port-exact', why_not or 'the probe printed no result')
+    target = url[len('http://'):].rstrip('/')
+    connect, code = result['connect'], result['code']
+    if connect == 403:
+        return Line('endpoint.port_exact', 'ok',
+                    "Model endpoint %s's rule is port-exact (a CONNECT to %s, a port nobody declared, got the "
+                    "proxy's 403)" % (endpoint.id, target))
+    if connect == 200:
+        what = 'opened a tunnel%s' % (' and a server answered %d' % code if code else '')
+    elif connect == 503:
+        what = 'got 503: the proxy tried to connect'
+    elif connect:
+        what = 'got %d from the proxy' % connect
+    else:
+        return endpoint_notrun_line(endpoint, 'port-exact', 'the proxy gave no answer: %s' % _no_answer(result))
+    return Line('endpoint.port_leaks', 'warn',
+                "Model endpoint %s's rule is not port-exact (a CONNECT to %s, a port nobody declared, %s): the "
+                "rules allow more than you declared" % (endpoint.id, target, what), fix=_endpoint_fix())
+
+
+def classify_endpoint_plain(endpoint, result, why_not=None):
+    if result is None:
+        return endpoint_notrun_line(endpoint, 'plain-request', why_not or 'the probe printed no result')
+    code, error = result['code'], result.get('squid_error') or ''
+    head = 'GET http://%s/v1/models without a tunnel' % endpoint.address
+    if code == 403 and error.startswith('ERR_ACCESS_DENIED'):
+        return Line('endpoint.plain', 'ok', "Model endpoint %s admits no plain forward request (%s got the proxy's "
+                    "403 %s)" % (endpoint.id, head, error.split()[0]))
+    if not code:
+        return endpoint_notrun_line(endpoint, 'plain-request', 'the proxy gave no answer: %s' % _no_answer(result))
+    what = 'got %d%s' % (code, ' X-Squid-Error: %s' % error if error else ' from the server')
+    return Line('endpoint.plain_leaks', 'warn', 'Model endpoint %s admits a plain forward request (%s %s): the '
+                'rules allow more than a tunnel' % (endpoint.id, head, what), fix=_endpoint_fix())
+
+
+def endpoint_notrun_line(endpoint, probe, why):
+    return Line('endpoint.notrun', 'notrun', 'Model endpoint %s: the %s probe did not run (%s)'
+                % (endpoint.id, probe, why))
+
+
+# --- the daemon side -------------------------------------------------------------------------------
+
+class ProbesMixin(object):
+    """Probe containers for :class:`_doctor.Doctor` (its client, proxy, probe image, timeouts and pid)."""
+
+    # --- canary --------------------------------------------------------------------------------
+    def _targets(self):
+        return dict(
+            provider='https://%s/' % self.provider_host,
+            deny='https://%s/' % self.deny_host,
+            plain='http://%s:443/' % self.listed_host,
+            sni='https://%s/' % self.deny_host,
+            tunnel_plain='http://%s:443/' % self.provider_host,
+        )
+
+    def _probe_options(self, probe):
+        """How a canary probe's curl differs from a plain ``curl --proxy URL``."""
+        if probe == 'sni':
+            return dict(connect_to='%s:443:%s:443' % (self.deny_host, self.provider_host))
+        if probe == 'tunnel_plain':
+            return dict(tunnel=True)
+        return {}
+
+    def _probe_env(self):
+        proxy_url = 'http://%s:%d' % (self.proxy, _rules.PROXY_PORT)
+        # What a job gets (docs/job-networks.md): uppercase proxy variables only.
+        return proxy_url, {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
+                           'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
+
+    def _run_container(self, key, name, script, net, results, wait, address=None):
+        """Run one probe container to its end; results[key] = (output text, None) or (None, why)."""
+        _proxy_url, env = self._probe_env()
+        api = self.client.api
+        started = time.monotonic()
+        with self._lock:
+            self._launched.append(name)
+        try:
+            try:
+                endpoint = api.create_endpoint_config(ipv4_address=address) if address else \
+                    api.create_endpoint_config()
+                created = api.create_container(
+                    self.probe_image, ['sh', '-c', script], name=name, detach=True, environment=env,
+                    labels={LABEL: str(self.pid)},
+                    host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
+                                                       cap_drop=['ALL']),
+                    networking_config=api.create_networking_config({net: endpoint}))
+                api.start(created['Id'])
+            except Exception as exc:
+                results[key] = (None, 'the container could not start: %s' % dc.api_message(exc))
+                return
+            try:
+                api.wait(created['Id'], timeout=wait)
+            except Exception:
+                results[key] = (None, 'it did not finish within %ss' % wait)
+                return
+            logs = api.logs(created['Id'], stdout=True, stderr=True)
+            text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
+            results[key] = (text, None)
+        finally:
+            self.timings[key] = time.monotonic() - started
+
+    def _run_probe(self, probe, url, net, results, timeout=None, tunnel=False, name=None, connect_to=None):
+        timeout = self.probe_timeout if timeout is None else timeout
+        proxy_url, _env = self._probe_env()
+        raw = {}
+        self._run_container(probe, name or probe_name(probe, self.pid),
+                            probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
+                            timeout + self.start_grace)
+        text, why = raw.get(probe, (None, 'it did not finish'))
+        if text is None:
+            results[probe] = (None, why)
+            return
+        parsed = parse_probe_output(text)
+        results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
+                          % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
+
+    def _classify(self, results, prefix=''):
+        """The canary's lines from ``results`` (keys ``<prefix><probe>``: a shard's lane has its prefix)."""
+        lines = []
+        for probe, fn, args in (('provider', classify_provider, (self.provider_host,)),
+                                ('deny', classify_deny, (self.deny_host,)),
+                                ('plain', classify_plain, (self.listed_host,)),
+                                ('sni', classify_sni, (self.provider_host, self.deny_host)),
+                                ('tunnel_plain', classify_tunnel_plain, (self.provider_host,))):
+            parsed, why = results.get(prefix + probe, (None, 'it did not finish within %ss' % (
+                self.probe_timeout + self.start_grace + 15)))
+            lines.append(fn(*args + (parsed,), why_not=why))
+        return lines
+
+    def load_endpoints(self):
+        """The declared endpoints (cached); None with ``_endpoints_error`` set when the declaration is refused."""
+        if self._endpoints is not None or self._endpoints_error is not None:
+            return self._endpoints
+        try:
+            self._endpoints = list(_endpoints.load(self.deploy_dir)[0])
+        except Exception as exc:  # EndpointsError names the file, the key and the fix
+            self._endpoints_error = ' '.join(str(exc).split())
+        return self._endpoints
+
+    def _endpoint_jobs(self):
+        """(key, endpoint, kind, url, tunnel) for every endpoint probe to run."""
+        jobs = []
+        for endpoint in sorted(self.load_endpoints() or [], key=lambda e: e.id):
+            for kind, url, tunnel in endpoint_targets(endpoint, self._endpoints):
+                jobs.append(('endpoint-%s-%s' % (kind, endpoint.id), endpoint, kind, url, tunnel))
+        return jobs
+
+    def _classify_endpoints(self, jobs, results, prefix='', container=None):
+        """The endpoint lines (keys ``<prefix><key>``); ``container`` (default the proxy) completes the fixes."""
+        lines = []
+        wait = self.endpoint_timeout + self.start_grace + 15
+        for key, endpoint, kind, url, _tunnel in jobs:
+            parsed, why = results.get(prefix + key, (None, 'it did not finish within %ss' % wait))
+            if kind == 'tunnel':
+                lines.append(classify_endpoint_tunnel(endpoint, parsed, self.endpoint_timeout, why_not=why))
+            elif kind == 'port':
+                lines.append(classify_endpoint_port(endpoint, url, parsed, why_not=why))
+            else:
+                lines.append(classify_endpoint_plain(endpoint, parsed, why_not=why))
+        for line in lines:
+            if line.fix and '<proxy>' in line.fix:
+                line.fix = line.fix.replace('<proxy>', container or self.proxy)
+        return lines
+
+    def teardown(self, net, created, shard_nets=()):
+        """Remove this run's probes and networks; a line for anything that would not go.
+
+        ``shard_nets``: (network, shard) of every shard lane that was set up or tried (a network
+        that is not there is fine).
+        """
+        lines = []
+        stuck = {}
+        peers = set(peer_name(peer, self.pid) for peer in PEERS)  # the isolation check removes its own
+        with self._lock:
+            names = [probe_name(probe, self.pid) for probe in PROBES] + \
+                [name for name in self._launched if name not in peers]
+        for name in sorted(set(names)):
+            try:
+                self.client.api.remove_container(name, force=True)
+            except Exception as exc:
+                if not dc.is_not_found(exc):
+                    shard = probe_shard(name)
+                    stuck.setdefault(net if shard is None else shard_network_name(self.pid, shard), name)
+        if created:
+            lines.extend(self._teardown_network(net, self.proxy, stuck.get(net)))
+        for shard_net, shard in shard_nets:
+            lines.extend(self._teardown_network(shard_net, shard, stuck.get(shard_net)))
+        return lines
+
+    def _teardown_network(self, net, container, stuck):
+        """Detach ``container`` from this run's ``net`` and remove it, unless the probe ``stuck`` keeps it."""
+        lines = []
+        if stuck:
+            lines.append(Line('canary.cleanup_kept', 'warn',
+                              'Egress canary: %s is kept, because the probe %s could not be removed and the network '
+                              'is the only way left to find it: docker rm -f %s' % (net, stuck, stuck),
+                              fix='docker rm -f %s, then re-run doctor' % stuck))
+            return lines
+        try:
+            self.client.api.disconnect_container_from_network(container, net, force=True)
+        except Exception:  # the removal below reports what matters
+            pass
+        try:
+            self.client.api.remove_network(net)
+        except Exception as exc:
+            if not dc.is_not_found(exc):
+                lines.append(Line('canary.cleanup_rm', 'warn',
+                                  'Egress canary: the network %s could not be removed: docker network rm %s (%s)'
+                                  % (net, net, dc.api_message(exc)),
+                                  fix='docker network inspect %s, remove what is on it, then docker network rm %s'
+                                      % (net, net)))
+        return lines

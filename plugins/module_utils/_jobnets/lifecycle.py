@@ -1,0 +1,472 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""Job networks: create one for a job (``--internal``, labelled, the proxy attached) and tear it down.
+
+:func:`create_job_network` and :func:`teardown_job_network` are the calls a
+job runner makes around each job; both are idempotent and either finish or
+change nothing (a create whose proxy attach fails removes its network
+again). Re-exported by ``jobnet.py``, the published job-network API
+(docs/job-network-api.md).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
+    EngineError,
+    api_message,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine import (
+    as_engine_error,
+    client_memo,
+    connect_proxy,
+    connection_failed,
+    disconnect,
+    inspect_job_network,
+    proxy_on,
+    remove_network,
+    summary_name,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import (
+    LABEL_JOB_ID,
+    NO_PROXY,
+    PROXY_NAME,
+    PROXY_PORT,
+    container_name,
+    job_env,
+    job_labels,
+    network_name,
+    validate_job_id,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import (
+    DEFAULT_POOL,
+    DEFAULT_PREFIX,
+    PoolExhausted,
+    allocate_subnet,
+    forget_subnet,
+    parse_pool,
+    route_subnets,
+    subnet_book,
+    subnet_of,
+)
+
+# How many subnets create tries when the daemon refuses the one it picked as
+# overlapping (a creator this host's lock does not cover won the race, or a network the client's book
+# did not have holds it); each try after a refusal lists the networks again and starts its pick at
+# a random place in the pool, so creators on other hosts spread out instead of racing again.
+CREATE_ATTEMPTS = 5
+
+# Every container state but running. A running container has an active endpoint, so the network's
+# inspect names it already; leaving it out of the teardown's listing keeps the carrier's summary
+# (every network the proxy or the shard carries) out of the answer.
+_NOT_RUNNING = ['created', 'restarting', 'removing', 'paused', 'exited', 'dead']
+
+_ALLOC_LOCK = threading.Lock()
+
+
+class JobNetwork(object):
+    """What a job runner needs to start the job container on its network.
+
+    Attributes: ``job_id``; ``network`` (``pi-job-<id>-net``); ``container``
+    (``pi-job-<id>``, the name the job container must get); ``subnet`` (CIDR
+    text); ``env`` (the proxy variables, :func:`job_env`); ``network_id``
+    (None in check mode); ``changed``; ``actions`` (what was done, or in
+    check mode what would be); ``proxy`` (the container that carries it: the
+    proxy or one of its shards, which the job reaches by the proxy's name).
+    """
+
+    def __init__(self, job_id, network, container, subnet, env, network_id=None, changed=False,
+                 actions=None, proxy=None):
+        self.job_id = job_id
+        self.proxy = proxy
+        self.network = network
+        self.container = container
+        self.subnet = subnet
+        self.env = env
+        self.network_id = network_id
+        self.changed = changed
+        self.actions = list(actions or [])
+
+    def run_args(self):
+        """``docker run`` arguments for the job container (name, network, env)."""
+        args = ['--name', self.container, '--network', self.network]
+        for key in sorted(self.env):
+            args += ['-e', '%s=%s' % (key, self.env[key])]
+        return args
+
+    def as_dict(self):
+        return dict(job_id=self.job_id, network=self.network, container=self.container,
+                    subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
+                    changed=self.changed, actions=list(self.actions), proxy=self.proxy)
+
+    def __repr__(self):
+        return 'JobNetwork(%r)' % (self.as_dict(),)
+
+
+def _ownership_problem(attrs, job_id):
+    """None when the network may be treated as ours, else why not (for errors)."""
+    labels = attrs.get('Labels') or {}
+    if LABEL_JOB_ID in labels:
+        if labels[LABEL_JOB_ID] != job_id:
+            return 'its label %s says job %r' % (LABEL_JOB_ID, labels[LABEL_JOB_ID])
+        return None
+    if labels:
+        return 'it carries labels that are not ours (%s)' % ', '.join(sorted(labels))
+    return None
+
+
+# --------------------------------------------------------------------------
+# Create and teardown
+# --------------------------------------------------------------------------
+
+def _overlap_refused(message):
+    """The daemon refused the subnet as taken: Docker's "Pool overlaps with other one on this address
+    space" or "networks have overlapping IPv4", Podman's "subnet ... is already used on the host or by
+    another config"."""
+    text = message.lower()
+    return 'overlap' in text or 'is already used' in text
+
+
+def _existing_job_network(client, name, job_id, proxy_name, env, cname, check_mode, shard_bound=0):
+    attrs = inspect_job_network(client, name)
+    if attrs is None:
+        return None
+    problem = _ownership_problem(attrs, job_id)
+    if problem:
+        raise EngineError(
+            "Network %s exists but is not this job's: %s. Nothing was changed. Remove it "
+            "(docker network rm %s) or use another job id." % (name, problem, name))
+    if not attrs.get('Internal'):
+        raise EngineError(
+            "Network %s exists and is not --internal, so it routes off this host. Nothing was "
+            "changed. Remove it (docker network rm %s) and create the job network again."
+            % (name, name))
+    actions = []
+    carriers = _shards.family_on(attrs, proxy_name)
+    carrier = carriers[0] if carriers else None
+    if carrier is None:
+        if check_mode:
+            carrier = _carrier_for(client, proxy_name, shard_bound, check_mode=True)
+            actions.append('attach %s' % carrier)
+        else:
+            try:
+                carrier = _attach(client, attrs['Id'], name, proxy_name, shard_bound)
+                actions.append('attach %s' % carrier)
+            except EngineError as exc:
+                raise EngineError(
+                    "Attaching the proxy %s to the existing network %s failed: %s. The network "
+                    "was left as it was. Start or create the proxy (playbooks/site.yml), then "
+                    "retry." % (proxy_name, name, exc))
+    return JobNetwork(job_id, name, cname, subnet_of(attrs), env, attrs.get('Id'),
+                      changed=bool(actions), actions=actions, proxy=carrier)
+
+
+def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
+    """The name of the family member a new job network gets (in check mode: what it would be).
+
+    :func:`_shards.pick` from what the client remembers (as a rule two container inspects); only
+    when every member it knows is full is the whole family read, and a shard added when it really is.
+    """
+    if shard_bound == 0:
+        return proxy_name
+    memo = client_memo(client)
+    chosen = _shards.pick(client, proxy_name, shard_bound, memo)
+    if chosen is not None:
+        return chosen.name
+    if check_mode:
+        family = _shards.members(client, proxy_name)
+        chosen = _shards.choose(family, shard_bound)
+        return chosen.name if chosen else _shards.shard_name(proxy_name, _shards.next_index(family)) + ' (a new shard)'
+    with _ALLOC_LOCK:
+        family = _shards.members(client, proxy_name)
+        _shards.remember(memo, proxy_name, family)
+        chosen = _shards.choose(family, shard_bound)
+        if chosen is None:
+            chosen = _shards.add_shard(client, proxy_name, family)
+            _shards.note(memo, proxy_name, chosen.name, member=chosen)
+    return chosen.name
+
+
+def _attach(client, net_id, net_name, proxy_name, shard_bound):
+    """Attach the chosen family member (a shard with the proxy's name as its alias). Returns its name.
+
+    A shard removed between the choice and the attach (its last job went meanwhile) is chosen
+    again, once, from a fresh read of the whole family.
+    """
+    memo = client_memo(client)
+    for attempt in (1, 2):
+        carrier = _carrier_for(client, proxy_name, shard_bound)
+        try:
+            connect_proxy(client, net_id, carrier, aliases=[proxy_name] if carrier != proxy_name else None)
+        except EngineError as exc:
+            if attempt == 2 or carrier == proxy_name or 'no such container' not in str(exc).lower():
+                raise
+            _shards.forget(memo, proxy_name)
+            continue
+        _shards.note(memo, proxy_name, carrier, net_name)
+        return carrier
+    return carrier  # pragma: no cover - the loop returns or raises
+
+
+def _make_network(client, memo, name, labels, pool, prefix, routes):
+    """Create ``name`` on a free subnet of the pool: (network id, subnet), or (None, None) when it exists.
+
+    Called under the daemon's lock (_jobnet_lock), so no creator on this host picks at the same
+    time. The subnet comes from the client's book (``_jobnet_pool.subnet_book``: no Engine call when
+    it has one) and the host's routes. A subnet the daemon refuses as overlapping is taken by a
+    network the book did not have (made by a creator on another host, or outside this collection):
+    it is marked taken and the next try lists the networks again and picks from a random place in
+    the pool, CREATE_ATTEMPTS tries in all. Holds _ALLOC_LOCK (threads of one process take subnets
+    in turn).
+    """
+    from docker.types import IPAMConfig, IPAMPool
+
+    blocked = route_subnets(routes)
+    refused = []
+    last = None
+    capacity = 2 ** (prefix - parse_pool(pool, prefix)[0].prefixlen)
+    with _ALLOC_LOCK:
+        for attempt in range(CREATE_ATTEMPTS):
+            book = subnet_book(client, memo, refresh=attempt > 0)
+            for taken in refused:
+                book.add(taken)
+            start = random.randrange(capacity) if attempt > 0 else None
+            try:
+                subnet = allocate_subnet(pool, prefix, book.taken() + blocked, start=start)
+            except PoolExhausted:
+                # The book may be behind (networks removed by another process), or the job's network
+                # is there already (an idempotent call on a full pool).
+                book = subnet_book(client, memo, refresh=True)
+                for taken in refused:
+                    book.add(taken)
+                try:
+                    subnet = allocate_subnet(pool, prefix, book.taken() + blocked, start=start)
+                except PoolExhausted:
+                    if inspect_job_network(client, name) is not None:
+                        return None, None
+                    raise
+            try:
+                resp = client.api.create_network(
+                    name, driver='bridge', internal=True, labels=labels, check_duplicate=True,
+                    ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
+            except Exception as exc:
+                if connection_failed(exc):
+                    raise as_engine_error('Creating network %s failed' % name, exc)
+                last = api_message(exc)
+                if 'already exists' in last.lower():
+                    return None, None
+                if _overlap_refused(last):
+                    refused.append(subnet)
+                    continue
+                raise EngineError("Creating network %s (%s) failed: %s. Nothing was created."
+                                  % (name, subnet, last))
+            book.add(subnet)
+            return resp['Id'], subnet
+    raise EngineError(
+        "Creating network %s failed: the daemon refused %d subnets of %s in a row as overlapping (%s; "
+        "it said: %s), although none was taken in its network listing or this host's routes when it "
+        "was picked. Creators on another host sharing this daemon are taking them as fast, or networks "
+        "the listing does not show hold them. Nothing was created. Retry (the error is retryable), or "
+        "give job networks a pool nothing else allocates from."
+        % (name, len(refused), pool, ', '.join(str(s) for s in refused), last), retryable=True)
+
+
+def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
+                       prefix=DEFAULT_PREFIX, routes=None, no_proxy=NO_PROXY, check_mode=False,
+                       now=None, owner_host=None, shard_bound=None):
+    """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
+
+    Idempotent: an existing network of ours that is internal is kept, and the
+    proxy is attached when it is not. An existing network with another job's
+    label, foreign labels, or without --internal is refused (nothing changed).
+    If attaching the proxy fails, the network this call created is removed
+    again and EngineError carries the daemon's reason.
+
+    ``routes``: None reads this host's routes (right for a local daemon);
+    pass ``[]`` (or the daemon host's routes) for a remote daemon.
+    Engine calls on the ordinary path: create, the inspect of the proxy (and
+    of the shard that gets the network), connect; none of them grows with
+    the number of networks on the daemon. The network listing the subnet is
+    picked from is made once per client and kept up to date by its creates
+    and teardowns (``_jobnet_pool.subnet_book``); it is made again after a
+    minute, or when the daemon refuses a pick (the name exists: inspect).
+    ``check_mode`` changes nothing and reports what would be done; ``now``
+    (epoch seconds) and ``owner_host`` override the ``created`` and
+    ``owner-host`` labels. ``shard_bound`` is how many job networks the proxy
+    and each of its shards carry (0: no shards; None, the default: the bound the
+    proxy carries as its label, set by the role variable egress_proxy_shard_bound,
+    else DEFAULT_SHARD_BOUND, 10): the network gets the least-loaded running
+    member below it, a new shard when all are full (_shards.py), and the job
+    still reaches the proxy by its name (the shard's network alias).
+    Safe to call from any number of threads and processes on this host at
+    once: the pick of the subnet and of the member, and the calls that make
+    them true, run under the daemon's host-wide lock (_jobnet_lock: a flock,
+    dropped by the kernel when a holder dies), so every creator succeeds while
+    the pool has room and no member passes its bound. Creators on other hosts
+    sharing the daemon are not under that lock: the daemon refuses an
+    overlapping subnet and create picks again from a random place in the
+    pool, up to CREATE_ATTEMPTS times.
+
+    Returns a JobNetwork. Raises JobNetError (bad job id, pool or prefix;
+    nothing touched), PoolExhausted (no free subnet), EngineError (the
+    daemon refused, the name belongs to something else, or the proxy could
+    not be attached; ``retryable`` True when another creator's race or the
+    lock's wait is the cause) or its subclass EngineUnavailable (the daemon
+    did not answer; retryable).
+    """
+    validate_job_id(job_id)
+    parse_pool(pool, prefix)
+    _shards.check_bound(shard_bound)
+    name = network_name(job_id)
+    env = job_env(proxy_name, proxy_port, no_proxy)
+    cname = container_name(job_id)
+    labels = job_labels(job_id, now=now, host=owner_host)
+    memo = client_memo(client)
+
+    if check_mode:
+        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, True, shard_bound)
+        if found is not None:
+            return found
+        subnet = allocate_subnet(pool, prefix, subnet_book(client, memo).taken() + route_subnets(routes))
+        carrier = _carrier_for(client, proxy_name, shard_bound, check_mode=True)
+        return JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
+                          actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
+
+    with _jobnet_lock.held(client, memo) as lock:
+        return _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix,
+                            routes, shard_bound)
+
+
+def _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix, routes,
+                 shard_bound):
+    """The create of :func:`create_job_network` under the daemon's lock (``lock``: _jobnet_lock.Held)."""
+    for _round in (1, 2):
+        net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes)
+        if net_id is not None:
+            break
+        # The daemon has a network of that name: keep it when it is this job's.
+        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, False, shard_bound)
+        if found is not None:
+            if found.changed:
+                lock.changed()
+            return found
+    else:
+        raise EngineError("Creating network %s failed: the daemon says it exists, but it was gone when "
+                          "inspected, twice. Nothing was created. Retry." % name, retryable=True)
+    lock.changed()
+    try:
+        carrier = _attach(client, net_id, name, proxy_name, shard_bound)
+    except EngineError as exc:
+        reason = str(exc)
+        try:
+            remove_network(client, net_id)
+            forget_subnet(memo, subnet)
+            cleanup = 'the network was removed again, nothing is left'
+        except EngineError as rm_exc:
+            cleanup = ('removing the network again ALSO failed (%s): remove it with docker '
+                       'network rm %s' % (rm_exc, name))
+        raise EngineError(
+            "Attaching the proxy %s to %s failed: %s; %s. Start or create the proxy "
+            "(playbooks/site.yml), check it with the egress_preflight module, then retry."
+            % (proxy_name, name, reason, cleanup), retryable=getattr(exc, 'retryable', False))
+    return JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
+                      actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
+
+
+def _configured_on(client, memo, net_id, name):
+    """The containers configured on the network but not running, and True; (all of them, False) on a
+    daemon that refuses the state filter (Podman knows no ``restarting`` or ``dead``), which the
+    client then remembers."""
+    if not memo.get('no-status-filter'):
+        try:
+            return client.api.containers(all=True, filters={'network': net_id, 'status': _NOT_RUNNING}), True
+        except Exception as exc:
+            if connection_failed(exc):
+                raise as_engine_error('Listing the containers on %s failed' % name, exc)
+            memo['no-status-filter'] = True
+    try:
+        return client.api.containers(all=True, filters={'network': net_id}), False
+    except Exception as exc:
+        raise as_engine_error('Listing the containers on %s failed' % name, exc)
+
+
+def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False):
+    """Detach the proxy (forced), then remove ``pi-job-<id>-net``.
+
+    Refuses, changing nothing, while any container other than the proxy is
+    still running on the network: stop and remove the job container first.
+    Never removes a container. Returns dict(changed, network, actions).
+
+    Idempotent: a network that is not there returns changed=False. Raises
+    JobNetError (bad job id), EngineError (a container, running or stopped,
+    is still on the network; the network is another job's or foreign; the
+    daemon refused) or EngineUnavailable (the daemon did not answer).
+    """
+    validate_job_id(job_id)
+    name = network_name(job_id)
+    attrs = inspect_job_network(client, name)
+    if attrs is None:
+        return dict(changed=False, network=name, actions=[])
+    problem = _ownership_problem(attrs, job_id)
+    if problem:
+        raise EngineError("Network %s is not this job's: %s. Nothing was changed." % (name, problem))
+    # A stopped or created container is configured on the network without an
+    # active endpoint (so it is not in the inspect's Containers); removing the
+    # network would leave it unable to start. The inspect names the running
+    # ones, one filtered listing the others.
+    memo = client_memo(client)
+    configured, running_left_out = _configured_on(client, memo, attrs['Id'], name)
+    listed = dict((summary_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
+    for cid, endpoint in (attrs.get('Containers') or {}).items():
+        listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'running' if running_left_out else 'endpoint')
+    others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if not _shards.is_family_name(n, proxy_name))
+    if others:
+        first = others[0].split(' ')[0]
+        raise EngineError(
+            "Network %s still has %s on it. Nothing was changed. Stop and remove the job "
+            "container first (docker stop %s && docker rm %s), then tear the network down."
+            % (name, ', '.join(others), first, first))
+    # Every member of the proxy family on it: active endpoints and configured (stopped) members.
+    carriers = sorted(set(_shards.family_on(attrs, proxy_name))
+                      | set(n for n in listed if _shards.is_family_name(n, proxy_name))) or [proxy_name]
+    actions = ['detach %s' % c for c in carriers if proxy_on(attrs, c)] + ['remove %s' % name]
+    if check_mode:
+        return dict(changed=True, network=name, actions=actions)
+    net_id = attrs['Id']
+    detached = []
+    for carrier in carriers:
+        try:
+            if disconnect(client, carrier, net_id):
+                detached.append(carrier)
+        except EngineError as exc:
+            raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
+                              "retry the teardown." % (carrier, name, exc))
+        _shards.note(memo, proxy_name, carrier, name, attached=False)
+    try:
+        removed = remove_network(client, net_id)
+    except EngineError as exc:
+        raise EngineError(
+            "Removing %s failed: %s. If it says the network has active endpoints, docker network "
+            "inspect %s shows what is still on it; stop and remove that container, then retry."
+            % (name, exc, name))
+    forget_subnet(memo, subnet_of(attrs))
+    done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
+    shards = [c for c in carriers if c != proxy_name]
+    if shards:
+        # A shard whose last job network this was goes too (the proxy itself always stays), under the
+        # daemon's lock: a create on this host never picks a shard that is being removed.
+        try:
+            with _jobnet_lock.held(client, memo) as lock:
+                for carrier in shards:
+                    if _shards.remove_if_empty(client, proxy_name, carrier):
+                        done.append('remove the empty shard %s' % carrier)
+                        _shards.note(memo, proxy_name, carrier, attached=False)
+                        lock.changed()
+        except EngineError:
+            pass  # the sweep (job_network_gc) removes an empty shard later
+    return dict(changed=bool(done), network=name, actions=done)

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""Job networks: the preflight, the verdict before a job spends anything.
+
+:func:`verdict_for_state` is the pure decision from the proxy's docker
+state; :func:`preflight` makes the one container inspect it needs (or none
+when the egress policy is off); :func:`lazy_client` builds a client only
+when the preflight needs one. Re-exported by ``jobnet.py``
+(docs/job-network-api.md).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import get_container
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import PROXY_NAME
+
+ADMIT = 'admit'
+PROXY_STOPPED = 'egress-proxy-stopped'
+PROXY_MISSING = 'egress-proxy-missing'
+ENGINE_UNAVAILABLE = 'engine-unavailable'
+VERDICTS = (ADMIT, PROXY_STOPPED, PROXY_MISSING, ENGINE_UNAVAILABLE)
+
+
+class Verdict(object):
+    """The preflight's answer: ``verdict`` (one of VERDICTS), ``retryable``, the proxy's ``state``, ``message``."""
+
+    def __init__(self, verdict, retryable=False, state=None, message=''):
+        self.verdict = verdict
+        self.retryable = retryable
+        self.state = state
+        self.message = message
+
+    @property
+    def admitted(self):
+        return self.verdict == ADMIT
+
+    def as_dict(self):
+        return dict(verdict=self.verdict, retryable=self.retryable, state=self.state, message=self.message)
+
+    def __repr__(self):
+        return 'Verdict(%r)' % (self.as_dict(),)
+
+
+def verdict_for_state(state, proxy_name=PROXY_NAME):
+    """The preflight's decision from the proxy's docker state (None = no such container). Pure."""
+    if state is None:
+        return Verdict(PROXY_MISSING, False, None,
+                       'The egress proxy %s does not exist, so this job would reach nothing. Start it '
+                       '(ansible-playbook pi_dispatch.egress.site, or pi-dispatch up), or switch the '
+                       'egress policy off.' % proxy_name)
+    if state == 'running':
+        return Verdict(ADMIT, False, state, 'The egress proxy %s is running.' % proxy_name)
+    fix = ('docker unpause %s' % proxy_name if state == 'paused'
+           else 'docker start %s' % proxy_name)
+    return Verdict(PROXY_STOPPED, False, state,
+                   'The egress proxy %s is %s, so this job would reach nothing. Start it (%s, or '
+                   'ansible-playbook pi_dispatch.egress.site).' % (proxy_name, state, fix))
+
+
+def preflight(client, proxy_name=PROXY_NAME, enabled=True, docker_host=None):
+    """The verdict before a job spends anything; one container inspect.
+
+    ``client`` is a DockerClient, or a zero-argument callable returning one
+    (called only when the policy is on). With ``enabled`` false the verdict is
+    admit and the daemon is not touched. A daemon that does not answer gives
+    ``engine-unavailable`` with retryable=True: nothing was decided.
+
+    Returns a Verdict (``verdict`` one of VERDICTS, ``admitted``,
+    ``retryable``, ``state``, ``message``). Does not raise for a daemon
+    failure or a client that cannot be built: those are the
+    ``engine-unavailable`` verdict. ``docker_host`` only names the daemon in that message.
+    """
+    if not enabled:
+        return Verdict(ADMIT, False, None, 'The egress policy is off; the daemon was not asked.')
+    try:
+        if callable(client) and not hasattr(client, 'containers'):
+            client = client()
+        container = get_container(client, proxy_name)
+    except Exception as exc:  # an EngineError, or a client that cannot even be built
+        return Verdict(ENGINE_UNAVAILABLE, True, None,
+                       'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
+                       'job later.' % (dc.describe_host(docker_host), proxy_name, exc))
+    if container is None:
+        return verdict_for_state(None, proxy_name)
+    state = ((container.attrs or {}).get('State') or {}).get('Status') or getattr(container, 'status', None)
+    return verdict_for_state((state or 'unknown').lower(), proxy_name)
+
+
+def lazy_client(docker_host=None, timeout=60, **options):
+    """A zero-argument callable building a DockerClient without a ping.
+
+    For :func:`preflight`: the only call that must reach the daemon is the
+    one inspect. (The SDK still asks the daemon's API version once while it
+    builds the client; a runner that keeps one client pays that once.)
+    ``options`` are the TLS options of :func:`_docker_client.connect`.
+    """
+    def build():
+        return dc.build_client(docker_host, timeout, **options)
+    return build

@@ -1,0 +1,584 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""Proxy shards: more proxy containers, each carrying a bounded number of job networks.
+
+The cost of attaching a job network grows with the number of networks the joining container
+already holds (docs/job-networks.md: x31.8 at 300), so one proxy carrying every job makes job
+starts slow on a busy host. A shard is a clone of the proxy container (same image, command,
+mounts, limits, health check, upstream network) named ``<proxy>-shard-<n>``. A job network gets
+the least-loaded running member of the family (the proxy first on a tie), attached with the
+network alias ``<proxy>`` (``pi-dispatch-egress-proxy``), so the job still reaches
+``pi-dispatch-egress-proxy:3128`` and nothing in the job contract changes.
+
+The proxy alone carries up to ``bound`` job networks; a shard is started only when every running
+member is full, and a shard whose last job network is torn down is removed. ``bound`` 0 turns
+sharding off (the proxy carries every job network).
+
+:func:`members` and :func:`choose` are the reads and the pure decision; :func:`clone_spec` is the
+pure copy of the proxy's shape; :func:`add_shard` and :func:`remove_if_empty` act. :func:`pick` is
+the choice a job network's create makes: from what the client remembers of the family (the loads it
+read last and the attaches and detaches it made since), checked with at most two container
+inspects, not a read of every member's job networks per job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import (
+    ENV_DECISION_LOG_NAME,
+    LABEL_ROLE,
+    LABEL_SHARD_BOUND,
+    is_job_network,
+)
+
+LABEL_SHARD_OF = 'io.pi-dispatch.egress.shard-of'
+LABEL_SHARD_INDEX = 'io.pi-dispatch.egress.shard-index'
+SHARD_ROLE = 'proxy-shard'
+SHARD_INFIX = '-shard-'
+# Job networks the proxy (and each shard) carries before the next job gets a shard of its own,
+# unless the caller passes a bound or the proxy carries one (LABEL_SHARD_BOUND, role variable
+# egress_proxy_shard_bound). Measured on Docker 20.10 (docs/job-networks.md, "What grows"): a
+# connect walks the daemon's whole network store once per network the joining container already
+# holds, about 8 ms per held network at 1,000 networks on the daemon, so the bound is the slope of
+# a job's start on a busy host; a shard costs one idle squid (about 25 MiB) and a start of about
+# a second (until squid answers its health test), paid by one job in every ``bound``.
+DEFAULT_BOUND = 10
+# The most shards one proxy gets (a runaway guard): at the default bound, 2,560 jobs on one host.
+MAX_SHARDS = 255
+# Seconds between a shard's Docker health checks (the proxy keeps egress_proxy_health_interval).
+# Each check is a docker exec, so with the proxy's 5 s a host with 100 shards ran 20 a second, which
+# slowed every job start on it (docs/job-networks.md, "What grows"). A new or restarted shard is not
+# left to its first check: it is admitted once its health test passes, run here (:func:`wait_ready`).
+SHARD_HEALTH_INTERVAL = 30
+_NS = 1000 * 1000 * 1000
+WAIT_HEALTHY = 60
+
+
+class ShardError(dc.EngineError):
+    """A shard could not be chosen, made or removed; the message says what to do."""
+
+
+def shard_name(proxy, index):
+    return '%s%s%d' % (proxy, SHARD_INFIX, index)
+
+
+def is_family_name(name, proxy):
+    """True for ``proxy`` itself and for a name of its shards (``<proxy>-shard-<n>``). Pure."""
+    if name == proxy:
+        return True
+    rest = name[len(proxy) + len(SHARD_INFIX):] if name.startswith(proxy + SHARD_INFIX) else ''
+    return rest.isdigit() and not rest.startswith('0')
+
+
+def family_on(net_attrs, proxy):
+    """The names of ``proxy``'s family with an active endpoint in a network's inspect dict."""
+    return sorted((c or {}).get('Name') for c in (net_attrs.get('Containers') or {}).values()
+                  if is_family_name((c or {}).get('Name') or '', proxy))
+
+
+def check_bound(bound, key='shard_bound'):
+    """``bound`` as given: a whole number of at least 0, or None (follow the proxy, :func:`resolve_bound`)."""
+    if bound is None:
+        return None
+    if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
+        raise ShardError('%s %r is not a number of job networks; use 0 (one proxy carries every job) or '
+                         'a whole number such as %d.' % (key, bound, DEFAULT_BOUND))
+    return bound
+
+
+class Member(object):
+    """One container of the proxy family: the proxy itself (index 0) or a shard."""
+
+    def __init__(self, name, index, state, job_networks, networks=None, health=None, bound_label=None):
+        self.name = name
+        self.bound_label = bound_label  # the proxy's LABEL_SHARD_BOUND as written, None when unset
+        self.index = index
+        self.state = state
+        self.job_networks = sorted(job_networks)
+        self.networks = sorted(networks or [])
+        self.health = health
+
+    @property
+    def is_shard(self):
+        return self.index > 0
+
+    @property
+    def running(self):
+        return self.state == 'running'
+
+    @property
+    def load(self):
+        return len(self.job_networks)
+
+    def as_dict(self):
+        return dict(name=self.name, index=self.index, state=self.state, health=self.health, load=self.load,
+                    job_networks=list(self.job_networks), shard=self.is_shard)
+
+    def __repr__(self):
+        return 'Member(%r)' % (self.as_dict(),)
+
+
+def member_from_attrs(attrs, index):
+    """Member of a container inspect (or a container list summary)."""
+    state = attrs.get('State')
+    if isinstance(state, dict):
+        health = (state.get('Health') or {}).get('Status')
+        state = (state.get('Status') or 'unknown').lower()
+    else:
+        # a container list summary: the health is in its Status text, e.g. "Up 3 minutes (healthy)"
+        status = (attrs.get('Status') or '').lower()
+        health = next((h for h in ('unhealthy', 'healthy', 'starting') if '(%s)' % h in status
+                       or '(health: %s)' % h in status), None)
+        state = (state or 'unknown').lower()
+    nets = ((attrs.get('NetworkSettings') or {}).get('Networks') or {})
+    name = (attrs.get('Name') or (attrs.get('Names') or [''])[0]).lstrip('/')
+    labels = (attrs.get('Config') or {}).get('Labels') if 'Config' in attrs else attrs.get('Labels')
+    return Member(name, index, state, [n for n in nets if is_job_network(n)], list(nets), health,
+                  bound_label=(labels or {}).get(LABEL_SHARD_BOUND))
+
+
+def resolve_bound(bound, primary):
+    """The bound a create uses: ``bound`` when the caller gave one, else the proxy's label (the role
+    variable egress_proxy_shard_bound), else DEFAULT_BOUND. Raises ShardError for a label that is
+    not a whole number of at least 0."""
+    if bound is not None:
+        return bound
+    label = primary.bound_label if primary is not None else None
+    if label is None:
+        return DEFAULT_BOUND
+    try:
+        value = int(str(label).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ShardError('The proxy %s carries the label %s=%r, which is not a number of job networks. Set '
+                         'egress_proxy_shard_bound to a whole number of at least 0 and run playbooks/site.yml, '
+                         'or pass shard_bound to the create.' % (primary.name, LABEL_SHARD_BOUND, label))
+    return value
+
+
+def shard_index(labels, proxy):
+    """The shard index a container's labels give it within ``proxy``'s family, or None."""
+    labels = labels or {}
+    if labels.get(LABEL_SHARD_OF) != proxy:
+        return None
+    try:
+        index = int(labels.get(LABEL_SHARD_INDEX, ''))
+    except ValueError:
+        return None
+    return index if index >= 1 else None
+
+
+def members(client, proxy):
+    """Every container of ``proxy``'s family: [the proxy (when it exists)] + its shards by index."""
+    found = []
+    primary = dc.read('Inspecting container %s' % proxy, lambda: client.api.inspect_container(proxy), missing=True)
+    if primary is not None:
+        found.append(member_from_attrs(primary, 0))
+    listed = dc.read('Listing the shards of %s' % proxy,
+                     lambda: client.api.containers(all=True, filters={'label': '%s=%s' % (LABEL_SHARD_OF, proxy)}))
+    shards = []
+    for summary in listed:
+        index = shard_index(summary.get('Labels'), proxy)
+        if index is not None:
+            shards.append(member_from_attrs(summary, index))
+    return found + sorted(shards, key=lambda m: m.index)
+
+
+def choose(family, bound):
+    """The member a new job network gets, or None when a shard must be added first. Pure.
+
+    The least-loaded running member below ``bound`` (the proxy first on a tie, then the lowest
+    shard). ``bound`` 0: the proxy, whatever its load; None: the proxy's own (:func:`resolve_bound`).
+    Raises ShardError when the proxy does not exist or is not running (a shard is a copy of it:
+    nothing to copy from).
+    """
+    primary = family[0] if family and not family[0].is_shard else None
+    if primary is None:
+        raise ShardError('The egress proxy does not exist, so no job network can be attached. Create it '
+                         '(ansible-playbook pi_dispatch.egress.site), then retry.')
+    if not primary.running:
+        raise ShardError('The egress proxy %s is %s, so no job network can be attached. Start it (docker start '
+                         '%s, or ansible-playbook pi_dispatch.egress.site), then retry.'
+                         % (primary.name, primary.state, primary.name))
+    bound = resolve_bound(bound, primary)
+    if not bound:
+        return primary
+    open_ = [m for m in family if m.running and m.load < bound]
+    if not open_:
+        return None
+    return min(open_, key=lambda m: (m.load, m.index))
+
+
+# --- what one client remembers of the family (job-network create and teardown) ------------------
+# How long a full read of the family is trusted before the next create reads it whole again (the
+# loads other processes changed meanwhile; a member pick() returns is always read just now).
+BOOK_SECONDS = 60.0
+_BOOK_LOCK = threading.Lock()
+
+
+def _book(memo, proxy):
+    return memo.get(('family', proxy))
+
+
+def remember(memo, proxy, family, clock=time.monotonic):
+    """Keep ``family`` (an exact read, :func:`members`) as the client's picture of ``proxy``'s family."""
+    with _BOOK_LOCK:
+        memo[('family', proxy)] = dict(read_at=clock(), members=dict((m.name, m) for m in family))
+
+
+def forget(memo, proxy):
+    """Drop the picture: the next :func:`pick` reads the whole family."""
+    memo.pop(('family', proxy), None)
+
+
+def note(memo, proxy, name, network=None, attached=True, member=None):
+    """Keep the picture current: ``network`` attached to (or detached from) ``name``; ``member`` (a
+    Member) added, or with ``attached`` False and no ``network``, ``name`` gone."""
+    book = _book(memo, proxy)
+    if book is None:
+        return
+    with _BOOK_LOCK:
+        known = book['members']
+        if member is not None:
+            known[member.name] = member
+        elif network is None and not attached:
+            known.pop(name, None)
+        elif name in known:
+            nets = set(known[name].job_networks)
+            if attached:
+                nets.add(network)
+            else:
+                nets.discard(network)
+            known[name].job_networks = sorted(nets)
+
+
+def _read_member(client, proxy, name, index):
+    """``name`` as a Member, read now (one inspect), or None when it is gone or not this member."""
+    attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name), missing=True)
+    if attrs is None:
+        return None
+    if index and shard_index((attrs.get('Config') or {}).get('Labels'), proxy) != index:
+        return None
+    return member_from_attrs(attrs, index)
+
+
+def pick(client, proxy, bound, memo, clock=time.monotonic):
+    """:func:`choose` for a new job network, reading two members as a rule; None: a shard must be added.
+
+    ``memo`` is what the client remembers (``_jobnet_engine.client_memo``). Without a picture of
+    the family, or with one older than BOOK_SECONDS, it reads the family whole (:func:`members`)
+    and keeps it. Otherwise it reads the proxy (is it there and running: ShardError as
+    :func:`choose` when not) and the member the picture names; one that is gone, stopped or full
+    meanwhile is corrected in the picture and the next is read. A member it returns was read just
+    now, running and below ``bound``. Each read carries at most ``bound`` job networks, whatever the
+    number of networks on the daemon or of shards. Raises ShardError or EngineError.
+    """
+    book = _book(memo, proxy)
+    if book is None or clock() - book['read_at'] >= BOOK_SECONDS:
+        family = members(client, proxy)
+        remember(memo, proxy, family, clock)
+        return choose(family, bound)
+    known = book['members']
+    primary = _read_member(client, proxy, proxy, 0)
+    with _BOOK_LOCK:
+        if primary is None:
+            known.pop(proxy, None)
+        else:
+            known[proxy] = primary
+    if primary is not None:
+        bound = resolve_bound(bound, primary)
+    for _attempt in range(len(known) + 1):
+        with _BOOK_LOCK:
+            family = sorted(known.values(), key=lambda m: m.index)
+        chosen = choose(family, bound)
+        if chosen is None or not chosen.is_shard:
+            return chosen
+        fresh = _read_member(client, proxy, chosen.name, chosen.index)
+        if fresh is None:
+            note(memo, proxy, chosen.name, attached=False)
+            continue
+        note(memo, proxy, fresh.name, member=fresh)
+        if fresh.running and fresh.load < bound:
+            return fresh
+    return None  # pragma: no cover - each round corrects one member, so choose() ran out first
+
+
+def next_index(family):
+    """The lowest shard index not taken (1, 2, ...)."""
+    taken = set(m.index for m in family if m.is_shard)
+    index = 1
+    while index in taken:
+        index += 1
+    return index
+
+
+_KEEP_HOST_CONFIG = ('Mounts', 'Binds', 'CapAdd', 'CapDrop', 'ReadonlyRootfs', 'Tmpfs', 'SecurityOpt', 'Sysctls',
+                     'Memory', 'MemorySwap', 'PidsLimit', 'Ulimits', 'LogConfig', 'RestartPolicy', 'ExtraHosts',
+                     'Privileged', 'Init', 'ShmSize', 'NanoCpus', 'CpuShares')
+
+
+def upstream_networks(attrs):
+    """The proxy's networks that are not job networks (its upstream first), in a stable order."""
+    nets = list(((attrs.get('NetworkSettings') or {}).get('Networks') or {}))
+    mode = (attrs.get('HostConfig') or {}).get('NetworkMode')
+    others = sorted(n for n in nets if not is_job_network(n))
+    if mode in others:
+        others.remove(mode)
+        others.insert(0, mode)
+    return others
+
+
+def clone_spec(attrs, proxy, index):
+    """The create call of shard ``index`` from the proxy's inspect ``attrs``. Pure.
+
+    Returns dict(name, image, command, entrypoint, environment, labels, healthcheck, user,
+    host_config, networks): the same image id, command, environment, health check, mounts,
+    capabilities, read-only root, tmpfs, sysctls, limits, log config and restart policy; the labels
+    of the proxy plus the shard's own; on the proxy's upstream network(s), no job network. The
+    health check is the proxy's test, run every SHARD_HEALTH_INTERVAL seconds (or the proxy's
+    interval when that is longer).
+    """
+    config = attrs.get('Config') or {}
+    host = attrs.get('HostConfig') or {}
+    labels = dict(config.get('Labels') or {})
+    labels[LABEL_ROLE] = SHARD_ROLE
+    labels[LABEL_SHARD_OF] = proxy
+    labels[LABEL_SHARD_INDEX] = str(index)
+    host_config = dict((k, host[k]) for k in _KEEP_HOST_CONFIG if host.get(k) not in (None, [], {}))
+    if 'Mounts' in host_config:
+        host_config.pop('Binds', None)
+        host_config['Mounts'] = [dict((k, v) for k, v in m.items() if v not in (None, {}, ''))
+                                 for m in host_config['Mounts']]
+    networks = upstream_networks(attrs)
+    host_config['NetworkMode'] = networks[0] if networks else 'none'
+    name = shard_name(proxy, index)
+    # each member writes the decision log to a file of its own name (the image's decision-log program)
+    environment = [('%s=%s' % (ENV_DECISION_LOG_NAME, name)) if item.startswith(ENV_DECISION_LOG_NAME + '=')
+                   else item for item in config.get('Env') or []] or config.get('Env')
+    return dict(name=name, image=attrs.get('Image') or config.get('Image'),
+                command=config.get('Cmd'), entrypoint=config.get('Entrypoint'), environment=environment,
+                labels=labels, healthcheck=shard_healthcheck(config.get('Healthcheck')),
+                user=config.get('User') or None, host_config=host_config, networks=networks)
+
+
+def shard_healthcheck(check):
+    """The proxy's health check as a shard runs it: the same test, every SHARD_HEALTH_INTERVAL seconds
+    at least. None or a disabled check is kept as it is. Pure."""
+    if not check or not check.get('Test') or check['Test'][0] == 'NONE':
+        return check
+    out = dict(check)
+    out['Interval'] = max(int(check.get('Interval') or 0), SHARD_HEALTH_INTERVAL * _NS)
+    return out
+
+
+def health_argv(test):
+    """The command of a Docker health test (``["CMD", ...]`` / ``["CMD-SHELL", "..."]``), else None. Pure."""
+    if not test:
+        return None
+    if test[0] == 'CMD' and len(test) > 1:
+        return list(test[1:])
+    if test[0] == 'CMD-SHELL' and len(test) > 1:
+        return ['/bin/sh', '-c', test[1]]
+    return None
+
+
+def _passes(client, name, argv):
+    """True when ``argv`` exits 0 in the running container ``name`` (one exec)."""
+    try:
+        exec_id = client.api.exec_create(name, argv, stdout=True, stderr=True)['Id']
+        client.api.exec_start(exec_id)
+        return client.api.exec_inspect(exec_id).get('ExitCode') == 0
+    except Exception as exc:
+        if dc.is_transient(exc):
+            raise dc.engine_error('Running the health test in %s' % name, exc)
+        return False  # not running (yet, or any more): the state read says which
+
+
+def wait_ready(client, name, timeout, sleep=time.sleep, clock=time.monotonic):
+    """Wait until the shard ``name`` serves: its health test (the proxy's) passes when run now.
+
+    Returns 'healthy' (Docker said so, or the test passed), 'running' (no health test to run),
+    the state it ended in ('exited', 'dead'), or the last status at ``timeout``. Polls every half
+    second, so a new shard is admitted when squid answers, not at its first scheduled check.
+    """
+    deadline = clock() + timeout
+    status = None
+    while True:
+        attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name))
+        state = attrs.get('State') or {}
+        status = (state.get('Health') or {}).get('Status') or state.get('Status')
+        if state.get('Status') in ('exited', 'dead'):
+            return state.get('Status')
+        if status == 'healthy':
+            return status
+        if state.get('Status') == 'running':
+            argv = health_argv(((attrs.get('Config') or {}).get('Healthcheck') or {}).get('Test'))
+            if argv is None:
+                return 'running'
+            if _passes(client, name, argv):
+                return 'healthy'
+        if clock() >= deadline:
+            return status
+        sleep(0.5)
+
+
+def add_shard(client, proxy, family, wait_timeout=WAIT_HEALTHY):
+    """Start the next shard of ``proxy`` (a clone of it) and wait until it is healthy. Returns its Member.
+
+    A name another process took meanwhile is taken as that process's shard (re-read, not made
+    twice). Raises ShardError when the proxy cannot be read, more than MAX_SHARDS would exist, or
+    the shard does not become healthy (it is removed again).
+    """
+    index = next_index(family)
+    if index > MAX_SHARDS:
+        raise ShardError('%s already has %d shards, the most this collection starts; raise the shard bound '
+                         '(egress_proxy_shard_bound, or the create\'s shard_bound) or spread the jobs over more '
+                         'hosts.' % (proxy, MAX_SHARDS))
+    return _create_shard(client, proxy, index, wait_timeout)
+
+
+def _create_shard(client, proxy, index, wait_timeout=WAIT_HEALTHY):
+    attrs = dc.read('Inspecting container %s' % proxy, lambda: client.api.inspect_container(proxy))
+    spec = clone_spec(attrs, proxy, index)
+    name = spec['name']
+    try:
+        created = client.api.create_container(
+            spec['image'], command=spec['command'], name=name, environment=spec['environment'],
+            labels=spec['labels'], healthcheck=spec['healthcheck'], user=spec['user'],
+            entrypoint=spec['entrypoint'], host_config=spec['host_config'])
+    except Exception as exc:
+        if dc.is_transient(exc):
+            raise dc.engine_error('Creating the shard %s' % name, exc)
+        if 'already in use' in dc.api_message(exc) or 'Conflict' in str(exc):
+            found = [m for m in members(client, proxy) if m.name == name]
+            if found:
+                return found[0]
+        raise ShardError('Creating the shard %s of %s failed: %s. Nothing is left of it.'
+                         % (name, proxy, dc.api_message(exc)))
+    try:
+        for extra in spec['networks'][1:]:
+            client.api.connect_container_to_network(created['Id'], extra)
+        client.api.start(created['Id'])
+        status = wait_ready(client, name, wait_timeout)
+    except Exception as exc:
+        _remove_quietly(client, name)
+        raise ShardError('Starting the shard %s of %s failed: %s. It was removed again.'
+                         % (name, proxy, dc.api_message(exc)))
+    if status != 'healthy':
+        _remove_quietly(client, name)
+        raise ShardError('The shard %s of %s did not become healthy within %ss (last status: %s). It was '
+                         'removed again; docker logs %s shows why the proxy itself would fail too.'
+                         % (name, proxy, wait_timeout, status, proxy))
+    attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name))
+    return member_from_attrs(attrs, index)
+
+
+def _remove_quietly(client, name):
+    try:
+        client.api.remove_container(name, force=True)
+    except Exception:  # best effort: the caller reports the first failure
+        pass
+
+
+def remove_if_empty(client, proxy, name):
+    """Remove shard ``name`` of ``proxy`` when it carries no job network. True when removed.
+
+    Never the proxy itself, never a container that is not a shard of ``proxy``.
+    """
+    attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name), missing=True)
+    if attrs is None:
+        return False
+    index = shard_index((attrs.get('Config') or {}).get('Labels'), proxy)
+    if index is None:
+        return False
+    if member_from_attrs(attrs, index).load:
+        return False
+    try:
+        client.api.remove_container(attrs['Id'], force=True)
+    except Exception as exc:
+        if dc.is_not_found(exc):
+            return False
+        raise dc.engine_error('Removing the empty shard %s' % name, exc)
+    return True
+
+
+# --- following the proxy ------------------------------------------------------------
+CUTTING = ('remove', 'replace', 'restart', 'stop')
+
+
+def follow_plan(family, proxy_actions):
+    """What each shard does after the proxy's ``proxy_actions`` (egress_proxy's decision). Pure.
+
+    A shard is a copy of the proxy, so it follows it: the proxy removed (state absent) -> the
+    shard removed; the proxy (re)created -> the shard replaced by a fresh copy of the new proxy
+    (its job networks attached again); restarted -> restarted (it reads the refreshed rules);
+    stopped -> stopped; started or unpaused -> a stopped shard started. A reconfigure reaches the
+    shards through the reload path (_reload.reload_family). Returns [(Member, action)].
+    """
+    actions = list(proxy_actions)
+    if 'remove' in actions and 'create' not in actions:
+        step = 'remove'
+    elif 'create' in actions:
+        step = 'replace'
+    elif 'restart' in actions:
+        step = 'restart'
+    elif 'stop' in actions:
+        step = 'stop'
+    elif 'start' in actions or 'unpause' in actions:
+        step = 'start'
+    else:
+        step = None
+    plan = []
+    for member in family:
+        if not member.is_shard or step is None:
+            continue
+        if step == 'start' and member.running:
+            continue
+        if step == 'stop' and member.state in ('exited', 'created', 'dead'):
+            continue
+        plan.append((member, step))
+    return plan
+
+
+def plan_jobs_cut(plan):
+    """Job networks the plan disconnects: every job of a shard that is removed, replaced, restarted or stopped."""
+    return sum(member.load for member, step in plan if step in CUTTING)
+
+
+def apply_plan(client, proxy, plan, wait_timeout=WAIT_HEALTHY):
+    """Carry out :func:`follow_plan` shard by shard. Returns [dict(name, action, jobs_cut, error)].
+
+    A replaced shard cuts only its own jobs: its job networks are attached to the new copy again
+    (with the proxy's alias) before the next shard is touched. A failure is reported for that
+    shard and the others go on.
+    """
+    done = []
+    for member, step in plan:
+        entry = dict(name=member.name, action=step, jobs_cut=member.load if step in CUTTING else 0, error=None)
+        try:
+            if step == 'remove':
+                client.api.remove_container(member.name, force=True)
+            elif step == 'replace':
+                client.api.remove_container(member.name, force=True)
+                _create_shard(client, proxy, member.index, wait_timeout)
+                for net in member.job_networks:
+                    client.api.connect_container_to_network(member.name, net, aliases=[proxy])
+            elif step == 'restart':
+                client.api.restart(member.name, timeout=10)
+                status = wait_ready(client, member.name, wait_timeout)
+                if status != 'healthy':
+                    raise ShardError('did not become healthy again within %ss (last status: %s)'
+                                     % (wait_timeout, status))
+            elif step == 'stop':
+                client.api.stop(member.name, timeout=10)
+            elif step == 'start':
+                client.api.start(member.name)
+        except Exception as exc:  # one shard's failure is reported; the others still follow
+            entry['error'] = dc.api_message(exc)
+        done.append(entry)
+    return done
