@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any, Dict, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
     EngineError,
@@ -88,7 +89,7 @@ def client_memo(client):
 # One Engine call each
 # --------------------------------------------------------------------------
 
-def inspect_job_network(client, name):
+def inspect_job_network(client: Any, name: str) -> Optional[Dict[str, Any]]:
     """The network's inspect dict, or None. Exact name only.
 
     Inspecting by a ``pi-job-...`` name cannot match an id prefix (ids are

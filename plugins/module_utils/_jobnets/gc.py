@@ -12,6 +12,7 @@ and removes over the daemon; :func:`sweep_lines` reports a sweep's result.
 from __future__ import annotations
 
 import time
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -207,8 +208,8 @@ def network_created(net_attrs):
 # The sweep over the daemon
 # --------------------------------------------------------------------------
 
-def sweep(client, min_age=300, remove_exited_jobs=False, proxy_name=PROXY_NAME, id_prefix='',
-          check_mode=False, now=None):
+def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, proxy_name: str = PROXY_NAME,
+          id_prefix: str = '', check_mode: bool = False, now: Optional[float] = None) -> Dict[str, Any]:
     """Collect job networks a dead worker left behind.
 
     Returns dict(removed=[...], kept=[...], failed=[...], changed=bool).
@@ -351,7 +352,7 @@ def _execute_removal(client, net_id, decision):
 # Reporting
 # --------------------------------------------------------------------------
 
-def sweep_lines(result, check_mode=False):
+def sweep_lines(result: Dict[str, Any], check_mode: bool = False) -> List[str]:
     """One line per network of a :func:`sweep` result (removed, kept, failed)."""
     verb = 'would remove' if check_mode else 'removed'
     lines = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -80,8 +81,9 @@ class JobNetwork(object):
     proxy or one of its shards, which the job reaches by the proxy's name).
     """
 
-    def __init__(self, job_id, network, container, subnet, env, network_id=None, changed=False,
-                 actions=None, proxy=None):
+    def __init__(self, job_id: str, network: str, container: str, subnet: Optional[str], env: Dict[str, str],
+                 network_id: Optional[str] = None, changed: bool = False, actions: Optional[List[str]] = None,
+                 proxy: Optional[str] = None) -> None:
         self.job_id = job_id
         self.proxy = proxy
         self.network = network
@@ -92,14 +94,14 @@ class JobNetwork(object):
         self.changed = changed
         self.actions = list(actions or [])
 
-    def run_args(self):
+    def run_args(self) -> List[str]:
         """``docker run`` arguments for the job container (name, network, env)."""
         args = ['--name', self.container, '--network', self.network]
         for key in sorted(self.env):
             args += ['-e', '%s=%s' % (key, self.env[key])]
         return args
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(job_id=self.job_id, network=self.network, container=self.container,
                     subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
                     changed=self.changed, actions=list(self.actions), proxy=self.proxy)
@@ -276,9 +278,11 @@ def _make_network(client, memo, name, labels, pool, prefix, routes):
         % (name, len(refused), pool, ', '.join(str(s) for s in refused), last), retryable=True)
 
 
-def create_job_network(client, job_id, proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, pool=DEFAULT_POOL,
-                       prefix=DEFAULT_PREFIX, routes=None, no_proxy=NO_PROXY, check_mode=False,
-                       now=None, owner_host=None, shard_bound=None):
+def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, proxy_port: int = PROXY_PORT,
+                       pool: str = DEFAULT_POOL, prefix: int = DEFAULT_PREFIX,
+                       routes: Optional[Sequence[Any]] = None, no_proxy: str = NO_PROXY, check_mode: bool = False,
+                       now: Optional[float] = None, owner_host: Optional[str] = None,
+                       shard_bound: Optional[int] = None) -> JobNetwork:
     """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
 
     Idempotent: an existing network of ours that is internal is kept, and the
@@ -395,7 +399,8 @@ def _configured_on(client, memo, net_id, name):
         raise as_engine_error('Listing the containers on %s failed' % name, exc)
 
 
-def teardown_job_network(client, job_id, proxy_name=PROXY_NAME, check_mode=False):
+def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
+                         check_mode: bool = False) -> Dict[str, Any]:
     """Detach the proxy (forced), then remove ``pi-job-<id>-net``.
 
     Refuses, changing nothing, while any container other than the proxy is

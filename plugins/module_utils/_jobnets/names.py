@@ -16,6 +16,7 @@ import calendar
 import re
 import socket
 import time
+from typing import Any, Dict, Optional
 
 # --------------------------------------------------------------------------
 # Contract names (defaults; every one is a parameter)
@@ -46,7 +47,7 @@ class JobNetError(ValueError):
 # Names, labels, environment (pure)
 # --------------------------------------------------------------------------
 
-def validate_job_id(job_id, key='job_id'):
+def validate_job_id(job_id: Any, key: str = 'job_id') -> str:
     """Return ``job_id`` when it may name a network and a container; else raise JobNetError.
 
     Letters, digits, ``-`` and ``_``; it starts and ends with a letter or a
@@ -73,7 +74,7 @@ def validate_job_id(job_id, key='job_id'):
 _ID_PREFIX_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_-]*\Z')
 
 
-def validate_id_prefix(id_prefix, key='id_prefix'):
+def validate_id_prefix(id_prefix: Any, key: str = 'id_prefix') -> str:
     """An id prefix ('' for none) may end in '-' or '_' ('it5-'); else as a job id."""
     if id_prefix in (None, ''):
         return ''
@@ -84,23 +85,23 @@ def validate_id_prefix(id_prefix, key='id_prefix'):
     return id_prefix
 
 
-def network_name(job_id):
+def network_name(job_id: str) -> str:
     """``pi-job-<id>-net``, the job's network; JobNetError for an invalid id."""
     return NETWORK_PREFIX + validate_job_id(job_id) + NETWORK_SUFFIX
 
 
-def container_name(job_id):
+def container_name(job_id: str) -> str:
     """``pi-job-<id>``, the name the job's container must get; JobNetError for an invalid id."""
     return CONTAINER_PREFIX + validate_job_id(job_id)
 
 
-def looks_like_job_network(name):
+def looks_like_job_network(name: Any) -> bool:
     """True for ``pi-job-<anything>-net`` (valid id or not)."""
     return (isinstance(name, str) and name.startswith(NETWORK_PREFIX) and name.endswith(NETWORK_SUFFIX)
             and len(name) > len(NETWORK_PREFIX) + len(NETWORK_SUFFIX))
 
 
-def job_id_from_network_name(name):
+def job_id_from_network_name(name: Any) -> Optional[str]:
     """The job id when ``name`` is exactly a job network name, else None."""
     if not looks_like_job_network(name):
         return None
@@ -144,7 +145,7 @@ def parse_time(text):
     return epoch
 
 
-def job_labels(job_id, now=None, host=None):
+def job_labels(job_id: str, now: Optional[float] = None, host: Optional[str] = None) -> Dict[str, str]:
     """The labels that mark a job network as ours."""
     validate_job_id(job_id)
     return {
@@ -158,7 +159,7 @@ def proxy_url(proxy_name=PROXY_NAME, proxy_port=PROXY_PORT):
     return 'http://%s:%d' % (proxy_name, int(proxy_port))
 
 
-def job_env(proxy_name=PROXY_NAME, proxy_port=PROXY_PORT, no_proxy=NO_PROXY):
+def job_env(proxy_name: str = PROXY_NAME, proxy_port: int = PROXY_PORT, no_proxy: str = NO_PROXY) -> Dict[str, str]:
     """The environment a job container needs on its network (uppercase only).
 
     ``NODE_USE_ENV_PROXY=1`` makes Node's global fetch honour the variables;

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import threading
 import time
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine import list_networks
@@ -41,7 +42,8 @@ class PoolExhausted(EngineError):
 # Subnets (pure allocator + readers)
 # --------------------------------------------------------------------------
 
-def parse_pool(pool, prefix, pool_key='pool', prefix_key='prefix'):
+def parse_pool(pool: Any, prefix: Any, pool_key: str = 'pool',
+               prefix_key: str = 'prefix') -> Tuple[ipaddress.IPv4Network, int]:
     """Validate a pool and a per-job prefix; return (IPv4Network, int)."""
     try:
         net = ipaddress.ip_network(str(pool), strict=True)
@@ -65,7 +67,7 @@ def parse_pool(pool, prefix, pool_key='pool', prefix_key='prefix'):
     return net, prefix
 
 
-def pool_capacity(pool=DEFAULT_POOL, prefix=DEFAULT_PREFIX):
+def pool_capacity(pool: str = DEFAULT_POOL, prefix: int = DEFAULT_PREFIX) -> int:
     """How many /``prefix`` subnets the pool holds (8192 for the defaults); JobNetError for bad input."""
     net, prefix = parse_pool(pool, prefix)
     return 2 ** (prefix - net.prefixlen)
@@ -168,7 +170,7 @@ def parse_proc_net_route(text):
     return out
 
 
-def read_host_routes():
+def read_host_routes() -> List[ipaddress.IPv4Network]:
     """The host's IPv4 route destinations (main table), without the default route."""
     try:
         with open('/proc/net/route') as handle:
@@ -213,7 +215,8 @@ def taken_subnets(nets, routes):
     return network_subnets(nets) + route_subnets(routes)
 
 
-def plan_subnet(client, pool=DEFAULT_POOL, prefix=DEFAULT_PREFIX, routes=None):
+def plan_subnet(client: Any, pool: str = DEFAULT_POOL, prefix: int = DEFAULT_PREFIX,
+                routes: Optional[Sequence[Any]] = None) -> ipaddress.IPv4Network:
     """Pick a subnet (read-only): one network listing plus the host's routes.
 
     Returns the ``ipaddress.IPv4Network`` :func:`allocate_subnet` picks: the

@@ -12,6 +12,8 @@ when the preflight needs one. Re-exported by ``jobnet.py``
 
 from __future__ import annotations
 
+from typing import Any, Callable, Dict, Optional
+
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import get_container
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import PROXY_NAME
@@ -26,17 +28,17 @@ VERDICTS = (ADMIT, PROXY_STOPPED, PROXY_MISSING, ENGINE_UNAVAILABLE)
 class Verdict(object):
     """The preflight's answer: ``verdict`` (one of VERDICTS), ``retryable``, the proxy's ``state``, ``message``."""
 
-    def __init__(self, verdict, retryable=False, state=None, message=''):
+    def __init__(self, verdict: str, retryable: bool = False, state: Optional[str] = None, message: str = '') -> None:
         self.verdict = verdict
         self.retryable = retryable
         self.state = state
         self.message = message
 
     @property
-    def admitted(self):
+    def admitted(self) -> bool:
         return self.verdict == ADMIT
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(verdict=self.verdict, retryable=self.retryable, state=self.state, message=self.message)
 
     def __repr__(self):
@@ -59,7 +61,8 @@ def verdict_for_state(state, proxy_name=PROXY_NAME):
                    'ansible-playbook pi_dispatch.egress.site).' % (proxy_name, state, fix))
 
 
-def preflight(client, proxy_name=PROXY_NAME, enabled=True, docker_host=None):
+def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
+              docker_host: Optional[str] = None) -> Verdict:
     """The verdict before a job spends anything; one container inspect.
 
     ``client`` is a DockerClient, or a zero-argument callable returning one
@@ -88,7 +91,7 @@ def preflight(client, proxy_name=PROXY_NAME, enabled=True, docker_host=None):
     return verdict_for_state((state or 'unknown').lower(), proxy_name)
 
 
-def lazy_client(docker_host=None, timeout=60, **options):
+def lazy_client(docker_host: Optional[str] = None, timeout: int = 60, **options: Any) -> Callable[[], Any]:
     """A zero-argument callable building a DockerClient without a ping.
 
     For :func:`preflight`: the only call that must reach the daemon is the
