@@ -264,7 +264,7 @@ class EgressEnv(object):
 
 def _remove_container(client, name):
     try:
-        client.api.remove_container(name, force=True)
+        client.api.remove_container(name, force=True, v=True)
     except docker.errors.NotFound:
         pass
 
@@ -296,17 +296,31 @@ def _wait_fake_ready(client, name, deadline_s=30):
     raise AssertionError('fake upstream %s not ready within %ss:\n%s' % (name, deadline_s, logs))
 
 
-def _wait_path_ready(env, tries=20):
-    """Bounded wait (at most ``tries`` curls of 3 s) until the provider answers through the proxy."""
+def _wait_path_ready(env, tries=20, url='https://api.provider.test/'):
+    """Bounded wait (at most ``tries`` curls of 3 s) until the fake provider at ``url`` answers through the proxy."""
     last = None
     for _attempt in range(tries):
-        last = env.curl(['https://api.provider.test/'], timeout=3)
+        last = env.curl([url], timeout=3)
         if last['code'] == 401:
             return
         time.sleep(1)
-    raise AssertionError('The fake provider did not answer through the proxy after %d tries; last '
+    raise AssertionError('The fake provider at %s did not answer through the proxy after %d tries; last '
                          'answer:\n%s\nproxy logs:\n%s' % (
-                             tries, last['raw'], env.client.api.logs(env.proxy, tail=30).decode()))
+                             url, tries, last['raw'], env.client.api.logs(env.proxy, tail=30).decode()))
+
+
+def tcp_reaches(container, host, port, tries=2, wait=2):
+    """True when a TCP connect from ``container`` succeeds within ``tries`` bounded attempts of ``wait`` s."""
+    for _attempt in range(tries):
+        rc, _out = container.exec_run(['timeout', str(wait + 2), 'nc', '-z', '-w', str(wait), host, str(port)])
+        if rc == 0:
+            return True
+    return False
+
+
+def ip_on(client, container, network):
+    """The IPv4 address ``container`` has on ``network``."""
+    return client.api.inspect_container(container)['NetworkSettings']['Networks'][network]['IPAddress']
 
 
 def create_upstream_network(client, name):

@@ -11,7 +11,6 @@ makes them) asks for each, and the answer and the decision log's line are assert
 
 import os
 import random
-import time
 
 import pytest
 
@@ -19,7 +18,8 @@ docker = pytest.importorskip('docker')
 from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
 from conftest import (  # noqa: E402
-    FAKE_ALIASES, SUFFIX, TOOLS_IMAGE, EgressEnv, _remove_container, _remove_network, _wait_fake_ready, tls_attempt)
+    FAKE_ALIASES, SUFFIX, TOOLS_IMAGE, EgressEnv, _remove_container, _remove_network, _wait_fake_ready,
+    _wait_path_ready, tls_attempt)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
@@ -92,25 +92,13 @@ def v6env(engine, tmp_path_factory):
         client.networks.get(env.job_net).connect(env.proxy)
         client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=env.client_container, detach=True,
                               network=env.job_net, labels={'io.pi-dispatch.egress.test': 'client'})
-        _wait_v6_ready(env)
+        _wait_path_ready(env, url='https://v6.provider.test/')
         yield env
     finally:
         for name in (env.client_container, env.fake, env.proxy):
             _remove_container(client, name)
         for name in (env.job_net, env.upstream_net):
             _remove_network(client, name)
-
-
-def _wait_v6_ready(env, tries=20):
-    """Bounded wait (at most ``tries`` curls of 3 s) until the fake answers on IPv6 through the proxy."""
-    last = None
-    for _attempt in range(tries):
-        last = env.curl(['https://v6.provider.test/'], timeout=3)
-        if last['code'] == 401:
-            return
-        time.sleep(1)
-    raise AssertionError('The fake did not answer on IPv6 through the proxy after %d tries; last answer:\n%s\n'
-                         'proxy logs:\n%s' % (tries, last['raw'], env.client.api.logs(env.proxy, tail=30).decode()))
 
 
 def _last_decision(env, host):

@@ -19,7 +19,7 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
-from conftest import _remove_container, _remove_network  # noqa: E402
+from conftest import _remove_container, _remove_network, ip_on, tcp_reaches  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
@@ -71,19 +71,6 @@ def scratch(world):
         s.cleanup()
 
 
-def _nc(container, host, port, tries=2, wait=2):
-    """True when a TCP connect succeeds within ``tries`` bounded attempts."""
-    for _attempt in range(tries):
-        rc, _out = container.exec_run(['timeout', str(wait + 2), 'nc', '-z', '-w', str(wait), host, str(port)])
-        if rc == 0:
-            return True
-    return False
-
-
-def _ip_on(client, container, network):
-    return client.api.inspect_container(container)['NetworkSettings']['Networks'][network]['IPAddress']
-
-
 def test_create_is_internal_labelled_and_proxy_attached(world, scratch):
     job = 'it5-create-%d' % PID
     net = scratch.job_network(world, job)
@@ -98,7 +85,7 @@ def test_create_is_internal_labelled_and_proxy_attached(world, scratch):
     again = jn.create_job_network(world.client, job, proxy_name=world.proxy, proxy_port=world.port)
     assert again.changed is False and again.subnet == net.subnet
     c = scratch.run(world, 'h5-job-%d' % PID, net.network)
-    assert _nc(c, world.proxy, world.port), 'the job container did not reach the proxy'
+    assert tcp_reaches(c, world.proxy, world.port), 'the job container did not reach the proxy'
 
 
 def ipaddress_in_pool(subnet):
@@ -123,12 +110,12 @@ def test_two_jobs_cannot_reach_each_other(world, scratch):
     serve = ('python3', '/usr/local/bin/fake_upstream.py')
     ca = scratch.run(world, 'h5-iso-a-%d' % PID, net_a.network, serve)
     cb = scratch.run(world, 'h5-iso-b-%d' % PID, net_b.network, serve)
-    ip_b = _ip_on(world.client, cb.name, net_b.network)
-    assert _nc(cb, '127.0.0.1', 80, tries=5, wait=2), 'peer B does not answer itself'
-    assert _nc(ca, world.proxy, world.port) and _nc(cb, world.proxy, world.port)
-    assert not _nc(ca, cb.name, 80, tries=2), 'A reached B by name'
-    assert not _nc(ca, ip_b, 80, tries=2), 'A reached B by address %s' % ip_b
-    assert _nc(cb, '127.0.0.1', 80), 'peer B stopped answering itself'
+    ip_b = ip_on(world.client, cb.name, net_b.network)
+    assert tcp_reaches(cb, '127.0.0.1', 80, tries=5, wait=2), 'peer B does not answer itself'
+    assert tcp_reaches(ca, world.proxy, world.port) and tcp_reaches(cb, world.proxy, world.port)
+    assert not tcp_reaches(ca, cb.name, 80, tries=2), 'A reached B by name'
+    assert not tcp_reaches(ca, ip_b, 80, tries=2), 'A reached B by address %s' % ip_b
+    assert tcp_reaches(cb, '127.0.0.1', 80), 'peer B stopped answering itself'
 
 
 def test_teardown_removes_everything(world, scratch):

@@ -16,6 +16,8 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
+from conftest import ip_on, tcp_reaches  # noqa: E402
+
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
@@ -36,18 +38,6 @@ def _curl(container, proxy, url, timeout=10):
     rc = [w for w in words if w.startswith('rc=')]
     return (int(rc[-1][3:]) if rc else -1, int(codes[1]) if len(codes) > 1 else 0,
             int(codes[0]) if codes else 0)
-
-
-def _nc(container, host, port, wait=2, tries=2):
-    for _attempt in range(tries):
-        rc, _out = container.exec_run(['timeout', str(wait + 2), 'nc', '-z', '-w', str(wait), host, str(port)])
-        if rc == 0:
-            return True
-    return False
-
-
-def _ip_on(client, container, network):
-    return client.api.inspect_container(container)['NetworkSettings']['Networks'][network]['IPAddress']
 
 
 def _health_test_passes(client, container):
@@ -165,15 +155,17 @@ def test_jobs_cannot_reach_each_other_across_shards(sharded):
     client = sharded['client']
     on_proxy, on_shard = sharded['containers'][0], sharded['containers'][2]
     net_proxy, net_shard = sharded['nets'][0].network, sharded['nets'][2].network
-    assert _nc(on_proxy, '127.0.0.1', 80, tries=5) and _nc(on_shard, '127.0.0.1', 80, tries=5), 'a job does not serve'
-    assert not _nc(on_shard, _ip_on(client, on_proxy.name, net_proxy), 80), 'the job on the shard reached the other job'
-    assert not _nc(on_proxy, _ip_on(client, on_shard.name, net_shard), 80), 'the job on the proxy reached the other job'
-    assert not _nc(on_shard, on_proxy.name, 80), 'the job on the shard reached the other job by name'
+    assert tcp_reaches(on_proxy, '127.0.0.1', 80, tries=5), 'a job does not serve'
+    assert tcp_reaches(on_shard, '127.0.0.1', 80, tries=5), 'a job does not serve'
+    proxy_ip, shard_ip = ip_on(client, on_proxy.name, net_proxy), ip_on(client, on_shard.name, net_shard)
+    assert not tcp_reaches(on_shard, proxy_ip, 80), 'the job on the shard reached the other job'
+    assert not tcp_reaches(on_proxy, shard_ip, 80), 'the job on the proxy reached the other job'
+    assert not tcp_reaches(on_shard, on_proxy.name, 80), 'the job on the shard reached the other job by name'
     # neither reaches the other's carrier on the other network (squid listens there: a route would show)
-    assert not _nc(on_shard, _ip_on(client, sharded['proxy'], net_proxy), 3128)
-    assert not _nc(on_proxy, _ip_on(client, sharded['shard'], net_shard), 3128)
+    assert not tcp_reaches(on_shard, ip_on(client, sharded['proxy'], net_proxy), 3128)
+    assert not tcp_reaches(on_proxy, ip_on(client, sharded['shard'], net_shard), 3128)
     # and each reaches its own carrier by the proxy's name
-    assert _nc(on_shard, sharded['proxy'], 3128) and _nc(on_proxy, sharded['proxy'], 3128)
+    assert tcp_reaches(on_shard, sharded['proxy'], 3128) and tcp_reaches(on_proxy, sharded['proxy'], 3128)
 
 
 def test_a_reload_reaches_the_shard_and_the_jobs_survive_it(sharded):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, docker, run_playbook
+from conftest import ROOT, _remove_container, _remove_network, docker, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -64,21 +64,8 @@ DEPLOYMENT_PLAYBOOK = """---
 
 def _remove(client):
     for name in (CLIENT, PROXY):
-        try:
-            client.api.remove_container(name, force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-    try:
-        net = client.networks.get(CLIENT_NET)
-    except docker.errors.NotFound:
-        return
-    net.reload()
-    for cid in list((net.attrs.get('Containers') or {}).keys()):
-        try:
-            net.disconnect(cid, force=True)
-        except docker.errors.APIError:
-            pass
-    net.remove()
+        _remove_container(client, name)
+    _remove_network(client, CLIENT_NET)
 
 
 class World(object):
