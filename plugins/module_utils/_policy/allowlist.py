@@ -254,10 +254,10 @@ def _covering_wildcards(result):
             wildcards[entry] = lineno
     covered = {}
     for lineno, entry in result.entries:
-        labels = entry.lstrip('.').split('.')
+        name = entry.lstrip('.')
         best = None
-        for i in range(len(labels)):
-            candidate = '.' + '.'.join(labels[i:])
+        for domain in [name] + _hostnames.parent_domains(name):
+            candidate = '.' + domain
             if candidate == entry:
                 continue
             other_line = wildcards.get(candidate)

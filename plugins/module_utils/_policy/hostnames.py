@@ -64,3 +64,13 @@ def name_problem(name):
     if labels[-1].isdigit():
         return (ALL_NUMERIC if all(label.isdigit() for label in labels) else NUMERIC_LAST), None
     return None
+
+
+def parent_domains(name):
+    """The domains above ``name``, nearest first: ``a.b.c`` -> ``['b.c', 'c']`` (none for one label).
+
+    What squid's ``.domain`` entries are matched against: an entry ``.b.c`` covers ``a.b.c`` because
+    ``b.c`` is among them (and covers ``b.c`` itself).
+    """
+    labels = name.split('.')
+    return ['.'.join(labels[i:]) for i in range(1, len(labels))]

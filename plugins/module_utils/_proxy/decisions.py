@@ -20,6 +20,8 @@ import os
 import re
 import time
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.hostnames import parent_domains
+
 DEFAULT_FOLDER = 'decisions'
 
 # verdict "allowed" for these reasons, "refused" for every other
@@ -283,8 +285,7 @@ class Matcher(object):
             host = host[1:-1]
         if host in self.exact or host in self.domains:
             return True
-        labels = host.split('.')
-        return any('.'.join(labels[i:]) in self.domains for i in range(1, len(labels)))
+        return any(parent in self.domains for parent in parent_domains(host))
 
 
 def entries_of(text):

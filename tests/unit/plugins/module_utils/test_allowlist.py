@@ -413,3 +413,15 @@ def test_coverage_in_a_large_file():
     result = _allowlist.parse('\n'.join(lines) + '\n')
     covered = sorted(w.lineno for w in result.warnings if 'covered by' in w.reason)
     assert result.ok and covered == list(range(20001, 20021))
+
+
+@pytest.mark.parametrize('name, parents', [
+    ('a.b.c', ['b.c', 'c']),
+    ('api.provider.test', ['provider.test', 'test']),
+    ('b.c', ['c']),
+    ('localhost', []),
+    ('x.y.z.w', ['y.z.w', 'z.w', 'w']),
+])
+def test_parent_domains_nearest_first(name, parents):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames
+    assert hostnames.parent_domains(name) == parents
