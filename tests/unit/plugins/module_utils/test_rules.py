@@ -124,3 +124,18 @@ def test_writes_decision_log_only_for_rules_that_hand_decisions_to_the_log_folde
     assert not _rules.writes_decision_log('access_log stdio:/dev/stdout\n')
     assert not _rules.writes_decision_log('# access_log daemon:/var/log/pi-dispatch/decisions.jsonl\n')
     assert _rules.writes_decision_log('access_log daemon:/var/log/pi-dispatch/x.jsonl logformat=y\n')
+
+
+def test_the_tls_name_checks_port_is_the_same_in_the_rules_and_the_image():
+    """rules.PEEK_PORT, peek.conf's http_port and the entrypoint's /proc/net/tcp wait name one port."""
+    import os
+    import re
+    files = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'proxy', 'files')
+    with open(os.path.join(files, 'peek.conf')) as handle:
+        ports = re.findall(r'^http_port 127\.0\.0\.1:(\d+) ', handle.read(), re.M)
+    with open(os.path.join(files, 'entrypoint')) as handle:
+        listens = set(re.findall(r"grep -q ' (0100007F:[0-9A-F]{4}) ", handle.read()))
+    assert ports == [str(_rules.PEEK_PORT)]
+    assert listens == {'0100007F:%04X' % _rules.PEEK_PORT}
+    assert 'cache_peer 127.0.0.1 parent %d ' % _rules.PEEK_PORT in _rules.packaged_rules()
+    assert _rules.checks_tls_names(_rules.packaged_rules())
