@@ -13,13 +13,14 @@ before every other character; then a run of digits as a number.
 from __future__ import annotations
 
 import re
+from typing import Tuple
 
 _EPOCH = re.compile(r'^[0-9]+$')
 _UPSTREAM = re.compile(r'^[0-9A-Za-z.+~:\-]+$')
 _REVISION = re.compile(r'^[0-9A-Za-z.+~]+$')
 
 
-def parse(version):
+def parse(version: str) -> Tuple[int, str, str]:
     """(epoch, upstream, revision) of ``version``; ValueError naming it when it is not a Debian version."""
     if not isinstance(version, str) or not version or version != version.strip() or ' ' in version:
         raise ValueError('%r is not a Debian version ([epoch:]upstream[-revision])' % (version,))
@@ -77,7 +78,7 @@ def _verrevcmp(a, b):
     return 0
 
 
-def compare(a, b):
+def compare(a: str, b: str) -> int:
     """-1, 0 or 1 as Debian version ``a`` is older than, equal to, or newer than ``b``."""
     ea, ua, ra = parse(a)
     eb, ub, rb = parse(b)

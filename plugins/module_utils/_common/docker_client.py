@@ -12,6 +12,9 @@ do. The Docker SDK for Python is imported lazily so that pure logic and
 from __future__ import annotations
 
 import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+T = TypeVar('T')
 
 DOCKER_IMPORT_ERROR = None
 try:
@@ -46,7 +49,7 @@ CONNECTION_KEYS = tuple(DOCKER_ARGUMENT_SPEC)
 class EngineError(Exception):
     """A Docker Engine call failed; the message names the fix."""
 
-    def __init__(self, message, retryable=False):
+    def __init__(self, message: str, retryable: bool = False) -> None:
         super(EngineError, self).__init__(message)
         self.retryable = retryable
 
@@ -54,28 +57,28 @@ class EngineError(Exception):
 class EngineUnavailable(EngineError):
     """The daemon did not answer (retryable: nothing was decided)."""
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super(EngineUnavailable, self).__init__(message, retryable=True)
 
 
-def sdk_missing_message():
+def sdk_missing_message() -> str:
     return ("The Docker SDK for Python is not installed on the target host. "
             "Install it with 'pip install docker' (the collection's "
             "requirements.txt pins the tested version).")
 
 
-def describe_host(docker_host):
+def describe_host(docker_host: Optional[str]) -> str:
     return docker_host or 'the local daemon (DOCKER_HOST or unix:///var/run/docker.sock)'
 
 
-def argument_spec(own):
+def argument_spec(own: Dict[str, Any]) -> Dict[str, Any]:
     """``own`` (a module's options) plus the shared connection options."""
     spec = dict(own)
     spec.update(DOCKER_ARGUMENT_SPEC)
     return spec
 
 
-def check_connection_options(options):
+def check_connection_options(options: Dict[str, Any]) -> Optional[str]:
     """Refuse a TLS setup that cannot work, before any connection is tried.
 
     Returns the error text, or None when the options are consistent.
@@ -101,7 +104,7 @@ def check_connection_options(options):
     return None
 
 
-def tls_config(options):
+def tls_config(options: Dict[str, Any]) -> Any:
     """``docker.tls.TLSConfig`` for the options, or None when TLS is off."""
     cert, key, ca = options.get('client_cert'), options.get('client_key'), options.get('ca_path')
     if not (options.get('tls') or options.get('validate_certs') or cert or ca):
@@ -112,12 +115,13 @@ def tls_config(options):
                      verify=bool(options.get('validate_certs')))
 
 
-def _sleep(seconds):
+def _sleep(seconds: float) -> None:
     import time  # pylint: disable=import-outside-toplevel
     time.sleep(seconds)
 
 
-def retry(call, retries=DEFAULT_RETRIES, delay=RETRY_DELAY, sleep=_sleep):
+def retry(call: Callable[[], T], retries: int = DEFAULT_RETRIES, delay: float = RETRY_DELAY,
+          sleep: Callable[[float], None] = _sleep) -> T:
     """Run ``call()``; repeat it while it raises a retryable EngineError, at most ``retries`` more times.
 
     Only for calls that decide nothing (ping, inspect, list): a write is never repeated.
@@ -133,7 +137,7 @@ def retry(call, retries=DEFAULT_RETRIES, delay=RETRY_DELAY, sleep=_sleep):
             sleep(delay * attempt)
 
 
-def build_client(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
+def build_client(docker_host: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT, **options: Any) -> Any:
     """A ``docker.DockerClient`` for the options, not pinged (the SDK may still ask the API version once)."""
     tls = tls_config(options)
     if docker_host or tls:
@@ -141,12 +145,12 @@ def build_client(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
     return docker.from_env(timeout=timeout)
 
 
-def tls_options(params):
+def tls_options(params: Dict[str, Any]) -> Dict[str, Any]:
     """The TLS and retry options of a module's params, as keyword arguments of connect() / build_client()."""
     return dict((key, params.get(key)) for key in CONNECTION_KEYS if key not in ('docker_host', 'docker_timeout'))
 
 
-def connect(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
+def connect(docker_host: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT, **options: Any) -> Any:
     """Return a ``docker.DockerClient`` that has answered a ping.
 
     ``options`` are the other connection options (tls, validate_certs, ca_path, client_cert,
@@ -176,13 +180,14 @@ def connect(docker_host=None, timeout=DEFAULT_TIMEOUT, **options):
     return retry(attempt, retries=retries)
 
 
-def connect_with(params):
+def connect_with(params: Dict[str, Any]) -> Any:
     """connect() from a module's params (every key of DOCKER_ARGUMENT_SPEC)."""
     options = dict((key, params.get(key)) for key in CONNECTION_KEYS)
     return connect(options.pop('docker_host'), options.pop('docker_timeout') or DEFAULT_TIMEOUT, **options)
 
 
-def fail(module, exc, result=None, suffix=None):
+def fail(module: Any, exc: BaseException, result: Optional[Dict[str, Any]] = None,
+         suffix: Optional[str] = None) -> None:
     """Fail ``module`` with ``exc``'s message (and its retryable flag); ``suffix`` says what was (not) changed."""
     msg = str(exc)
     if suffix:
@@ -190,7 +195,8 @@ def fail(module, exc, result=None, suffix=None):
     module.fail_json(msg=msg, retryable=bool(getattr(exc, 'retryable', False)), **(result or {}))
 
 
-def module_client(module, result=None, suffix=None, why=None):
+def module_client(module: Any, result: Optional[Dict[str, Any]] = None, suffix: Optional[str] = None,
+                  why: Optional[str] = None) -> Any:
     """A connected client for ``module``, or the module fails with a message naming the fix.
 
     The one place modules check the SDK and map connection failures: a missing SDK fails with
@@ -207,14 +213,14 @@ def module_client(module, result=None, suffix=None, why=None):
         fail(module, exc, result, suffix)
 
 
-def is_not_found(exc):
+def is_not_found(exc: BaseException) -> bool:
     return docker_errors is not None and isinstance(exc, docker_errors.NotFound)
 
 
 TRANSIENT_STATUS = (500, 502, 503, 504)
 
 
-def is_transient(exc):
+def is_transient(exc: BaseException) -> bool:
     """True for a failure that says nothing about the object: the daemon was busy or the socket dropped."""
     status = getattr(getattr(exc, 'response', None), 'status_code', None)
     if docker_errors is not None and isinstance(exc, docker_errors.APIError):
@@ -225,7 +231,7 @@ def is_transient(exc):
     return type(exc).__name__ in ('ConnectionError', 'ReadTimeout', 'ConnectTimeout', 'Timeout', 'ProtocolError')
 
 
-def api_message(exc):
+def api_message(exc: BaseException) -> str:
     """The daemon's own words for an API error."""
     explanation = getattr(exc, 'explanation', None)
     if explanation:
@@ -235,12 +241,12 @@ def api_message(exc):
     return str(exc)
 
 
-def engine_error(what, exc):
+def engine_error(what: str, exc: BaseException) -> EngineError:
     """EngineError for a failed call: the daemon's words, retryable when the failure was transient."""
     return EngineError("%s failed: %s" % (what, api_message(exc)), retryable=is_transient(exc))
 
 
-def read(what, call, retries=DEFAULT_RETRIES, missing=False):
+def read(what: str, call: Callable[[], T], retries: int = DEFAULT_RETRIES, missing: bool = False) -> Optional[T]:
     """Run a read-only SDK ``call()`` with retries of transient failures.
 
     Returns None for a 404 when ``missing`` is True; any other failure becomes EngineError.
@@ -255,12 +261,12 @@ def read(what, call, retries=DEFAULT_RETRIES, missing=False):
     return retry(attempt, retries=retries)
 
 
-def get_container(client, name):
+def get_container(client: Any, name: str) -> Any:
     """Container object or None when there is no such container."""
     return read("Inspecting container %s" % name, lambda: client.containers.get(name), missing=True)
 
 
-def get_network(client, name):
+def get_network(client: Any, name: str) -> Any:
     """Network object or None; matches the exact name, never an id prefix."""
     nets = read("Listing networks", lambda: client.networks.list(names=[name]))
     for net in nets:
@@ -270,11 +276,11 @@ def get_network(client, name):
     return None
 
 
-def get_image(client, name):
+def get_image(client: Any, name: str) -> Any:
     return read("Inspecting image %s" % name, lambda: client.images.get(name), missing=True)
 
 
-def exec_in(container, cmd):
+def exec_in(container: Any, cmd: List[str]) -> Tuple[int, str]:
     """Run ``cmd`` (a list) in a running container; return (rc, output)."""
     try:
         result = container.exec_run(cmd, stdout=True, stderr=True)

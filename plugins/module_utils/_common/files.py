@@ -33,6 +33,7 @@ import errno
 import os
 import stat
 import tempfile
+from typing import Any, Dict, Optional, Union
 
 
 class WriteError(Exception):
@@ -42,18 +43,18 @@ class WriteError(Exception):
 class InPlaceError(WriteError):
     """The file was refused or the write failed; the message says what to do."""
 
-    def __init__(self, message, fallback_written=False):
+    def __init__(self, message: str, fallback_written: bool = False) -> None:
         super(InPlaceError, self).__init__(message)
         self.fallback_written = fallback_written
 
 
-def _to_bytes(content):
+def _to_bytes(content: Union[str, bytes]) -> bytes:
     if isinstance(content, bytes):
         return content
     return content.encode('utf-8')
 
 
-def check_target(path):
+def check_target(path: str) -> os.stat_result:
     """lstat ``path`` and refuse anything but a single-linked regular file. Returns the stat."""
     try:
         st = os.lstat(path)
@@ -80,7 +81,7 @@ def check_target(path):
     return st
 
 
-def read(path):
+def read(path: str) -> bytes:
     """Current bytes of ``path`` after the same refusals as a write."""
     check_target(path)
     with open(path, 'rb') as handle:
@@ -138,7 +139,8 @@ def _cannot_open(path, exc):
             'again.' % (path, exc, path))
 
 
-def write_in_place(path, content, fallback=None):
+def write_in_place(path: str, content: Union[str, bytes],
+                   fallback: Optional[Union[str, bytes]] = None) -> Dict[str, Any]:
     """Replace the content of ``path`` keeping its inode. Returns a result dict.
 
     The file is never left partial and, as a rule, never left without the last good content:
@@ -231,7 +233,7 @@ def _temp_beside(path, content, mode, owner=None):
     return tmp
 
 
-def create_exclusive(path, content, mode=0o644):
+def create_exclusive(path: str, content: Union[str, bytes], mode: int = 0o644) -> bool:
     """Create ``path`` with ``content`` unless it exists. True when created.
 
     Atomic and exclusive: the content goes to a temporary file beside the target, which is then
@@ -251,7 +253,7 @@ def create_exclusive(path, content, mode=0o644):
         os.unlink(tmp)
 
 
-def fsync_dir(directory):
+def fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -271,7 +273,7 @@ def keep_owner(fd, st):
         pass
 
 
-def write_atomic(path, content, like=None):
+def write_atomic(path: str, content: Union[str, bytes], like: Optional[str] = None) -> None:
     """Write ``content`` to a temporary file beside ``path``, fsync, rename into place.
 
     The new file takes the mode and owner of ``like`` (default ``path`` itself) when it exists.

@@ -13,6 +13,7 @@ idempotent and leaves text without credentials exactly as it was.
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 MASK = '***'
 
@@ -23,7 +24,7 @@ _SECRET_PARAM = re.compile(r'(?i)([?&;][a-z0-9_.\-]*(?:key|token|secret|password
                            r'([^&;#\s\'"<>]+)')
 
 
-def redact(text):
+def redact(text: Optional[str]) -> Optional[str]:
     """``text`` with URL userinfo and credential-like query values replaced by ``***`` (None stays None)."""
     if not text:
         return text
