@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
 
@@ -66,7 +67,7 @@ def _public_suffix_list():
 class AllowlistProblem(object):
     """One refused or suspicious line: where, what, why, and the fix."""
 
-    def __init__(self, path, lineno, text, reason, fix):
+    def __init__(self, path: str, lineno: int, text: str, reason: str, fix: str) -> None:
         self.path = path
         self.lineno = lineno
         self.text = text
@@ -76,27 +77,27 @@ class AllowlistProblem(object):
     def __str__(self):
         return '%s:%d: %r: %s; %s' % (self.path, self.lineno, self.text, self.reason, self.fix)
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(path=self.path, line=self.lineno, text=self.text,
                     reason=self.reason, fix=self.fix, message=str(self))
 
 
 class Allowlist(object):
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
         self.entries = []      # (lineno, entry) in file order
         self.errors = []       # AllowlistProblem
         self.warnings = []     # AllowlistProblem
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return not self.errors
 
-    def hosts(self):
+    def hosts(self) -> List[str]:
         return [entry for _lineno, entry in self.entries]
 
 
-def classify_entry(entry):
+def classify_entry(entry: str) -> Optional[Tuple[str, str]]:
     """Return None when ``entry`` is a valid allowlist entry, else (reason, fix).
 
     ``entry`` is a single word (no whitespace) as found in the file.
@@ -154,7 +155,7 @@ def classify_entry(entry):
             'write a full dotted-quad IPv4 address or a DNS name')
 
 
-def public_suffix_covered(entry):
+def public_suffix_covered(entry: str) -> Optional[str]:
     """Return what ``entry`` covers whole when it is too broad, else None.
 
     ``entry`` is an allowlist entry, with or without the leading dot, in any case.
@@ -185,7 +186,7 @@ def public_suffix_covered(entry):
     return None
 
 
-def host_opening_entry(entry):
+def host_opening_entry(entry: str) -> bool:
     """True when ``entry`` admits a name that reaches the proxy's own host."""
     lowered = entry.lower()
     for name in HOST_NAMES:
@@ -208,7 +209,7 @@ METADATA_NAMES = (
 METADATA_FIX = 'remove the line: a job never needs the cloud metadata service, and the guard refuses it anyway'
 
 
-def metadata_name(entry):
+def metadata_name(entry: str) -> Optional[str]:
     """The metadata service name ``entry`` (a valid entry, lower case) admits, else None."""
     for name in METADATA_NAMES:
         if entry == name or (entry.startswith('.') and (name == entry[1:] or name.endswith(entry))):
@@ -216,7 +217,7 @@ def metadata_name(entry):
     return None
 
 
-def guard_problem(address, opened=None):
+def guard_problem(address: str, opened: Optional[Sequence[Any]] = None) -> Optional[Tuple[str, str]]:
     """(reason, fix) when the destination guard refuses every request to the IPv4 literal ``address``.
 
     ``opened``: the ranges egress_private_destinations opens (None: unknown, judged as none opened,
@@ -246,7 +247,7 @@ def guard_problem(address, opened=None):
     return None
 
 
-def _covering_wildcards(result):
+def _covering_wildcards(result: 'Allowlist') -> Dict[int, Tuple[int, str]]:
     """entry -> (line, wildcard) of the first line (in file order) whose leading-dot entry covers it."""
     wildcards = {}
     for lineno, entry in result.entries:
@@ -268,7 +269,7 @@ def _covering_wildcards(result):
     return covered
 
 
-def parse(text, path='egress-allowlist.conf', opened=None):
+def parse(text: str, path: str = 'egress-allowlist.conf', opened: Optional[Sequence[Any]] = None) -> 'Allowlist':
     """Parse and validate allowlist text; return an :class:`Allowlist`.
 
     ``opened``: the ranges egress_private_destinations opens, for the warning on a listed IPv4
@@ -353,7 +354,7 @@ def parse(text, path='egress-allowlist.conf', opened=None):
     return result
 
 
-def render_seed(entries):
+def render_seed(entries: Sequence[Dict[str, str]]) -> str:
     """Text of a new allowlist from [{'host': ..., 'comment': ...}] items."""
     lines = [
         '# pi-dispatch egress allowlist: one bare hostname per line.',

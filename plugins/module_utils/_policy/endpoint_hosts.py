@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from typing import Any, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
 
@@ -29,7 +30,7 @@ REFUSED_V6 = (ipaddress.ip_address('::1'), ipaddress.ip_address('::'))
 METADATA_ADDRESSES = ('169.254.169.254', '100.100.100.200', 'fd00:ec2::254')
 
 
-def type_name(value):
+def type_name(value: Any) -> str:
     if value is None:
         return 'null'
     if isinstance(value, bool):
@@ -50,7 +51,7 @@ def type_name(value):
 # --- host ------------------------------------------------------------------------
 
 class HostRefused(ValueError):
-    def __init__(self, rule, fix):
+    def __init__(self, rule: str, fix: str) -> None:
         super(HostRefused, self).__init__(rule)
         self.rule = rule
         self.fix = fix
@@ -66,7 +67,7 @@ _METADATA = ('is a cloud metadata address, which hands out the machine\'s creden
              'server', 'remove the endpoint, or declare the address the model server really listens on')
 
 
-def classify_host(host):
+def classify_host(host: str) -> Tuple[str, str]:
     """Return (canonical host, kind) for a valid endpoint host, else raise HostRefused.
 
     kind is ``name``, ``ipv4`` or ``ipv6``. Refuses loopback and this-host

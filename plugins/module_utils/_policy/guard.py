@@ -34,6 +34,9 @@ squid 6.13). Pure logic, no I/O.
 from __future__ import annotations
 
 import ipaddress
+from typing import Any, Iterable, List, Optional, Sequence, Union
+
+IPNet = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.jobpool import DEFAULT_POOL
 
@@ -92,7 +95,7 @@ NEVER_OPEN = (
 class GuardError(ValueError):
     """Bad input: every problem names the key, the value, the rule and the fix."""
 
-    def __init__(self, problems):
+    def __init__(self, problems: List[str]) -> None:
         self.problems = list(problems)
         lines = ['egress_private_destinations is refused (%d problem%s); nothing was rendered or changed:'
                  % (len(self.problems), '' if len(self.problems) == 1 else 's')]
@@ -104,7 +107,7 @@ def _nets(items):
     return [ipaddress.ip_network(item, strict=False) for item in items]
 
 
-def subtract(nets, holes):
+def subtract(nets: Iterable[IPNet], holes: Iterable[IPNet]) -> List[IPNet]:
     """The networks of ``nets`` minus every network of ``holes`` (collapsed, sorted)."""
     out = []
     for version in (4, 6):
@@ -128,7 +131,8 @@ def _host_net(address):
     return ipaddress.ip_network('%s/%d' % (address, address.max_prefixlen))
 
 
-def validate(cidrs, pool=DEFAULT_POOL, gateways=(), host_gateway=None, key='egress_private_destinations'):
+def validate(cidrs: Sequence[str], pool: str = DEFAULT_POOL, gateways: Sequence[str] = (),
+             host_gateway: Optional[str] = None, key: str = 'egress_private_destinations') -> List[IPNet]:
     """Validate the private ranges to open; return [ip_network] or raise GuardError.
 
     Refused: not a CIDR (or host bits set), a public range (nothing to open:
@@ -189,7 +193,8 @@ def validate(cidrs, pool=DEFAULT_POOL, gateways=(), host_gateway=None, key='egre
     return sorted(set(opened), key=lambda n: (n.version, n))
 
 
-def always_denied(pool=DEFAULT_POOL, gateways=(), host_gateway=None):
+def always_denied(pool: str = DEFAULT_POOL, gateways: Sequence[str] = (),
+                  host_gateway: Optional[str] = None) -> List[IPNet]:
     """What no opened range can open: the never-open ranges, the pool, the gateways, the host gateway."""
     nets = [ipaddress.ip_network(n) for n, _why in NEVER_OPEN]
     nets.append(ipaddress.ip_network(pool, strict=False))
@@ -199,14 +204,15 @@ def always_denied(pool=DEFAULT_POOL, gateways=(), host_gateway=None):
     return nets
 
 
-def outside_pool(gateways, pool=DEFAULT_POOL):
+def outside_pool(gateways: Sequence[str], pool: str = DEFAULT_POOL) -> List[str]:
     """The gateways the pool does not already cover (job networks' gateways are inside it)."""
     pool_net = ipaddress.ip_network(pool, strict=False)
     return [g for g in gateways
             if not (ipaddress.ip_address(g).version == pool_net.version and ipaddress.ip_address(g) in pool_net)]
 
 
-def denied(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None):
+def denied(opened: Sequence[Any] = (), pool: str = DEFAULT_POOL, gateways: Sequence[str] = (),
+           host_gateway: Optional[str] = None) -> List[IPNet]:
     """The guard's address set: (non-public minus opened) plus what is always denied. Collapsed."""
     base = subtract(_nets(NONPUBLIC_V4 + NONPUBLIC_V6), list(opened))
     merged = []
@@ -216,7 +222,7 @@ def denied(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None):
     return merged
 
 
-def kept_inside(opened, gateways=(), host_gateway=None):
+def kept_inside(opened: Sequence[Any], gateways: Sequence[str] = (), host_gateway: Optional[str] = None) -> List[str]:
     """Gateways that lie inside an opened range and stay refused all the same."""
     kept = []
     for address in list(gateways) + ([host_gateway] if host_gateway else []):
@@ -263,7 +269,7 @@ def render(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None,
     return ''.join(out)
 
 
-def default_render():
+def default_render() -> str:
     """What the deployment layout creates before the daemon's gateways are known (no range opened)."""
     return render()
 
@@ -275,7 +281,7 @@ def check_client_max_connections(value, key='egress_proxy_client_max_connections
     return value
 
 
-def acl_networks(text):
+def acl_networks(text: str) -> List[IPNet]:
     """The networks of the ``pi_guard`` ACL lines in an include text (for the doctor)."""
     nets = []
     for line in text.splitlines():
@@ -289,7 +295,7 @@ def acl_networks(text):
     return nets
 
 
-def covers(nets, address):
+def covers(nets: Iterable[IPNet], address: Union[ipaddress.IPv4Address, ipaddress.IPv6Address]) -> bool:
     """True when ``address`` lies in one of ``nets``."""
     address = ipaddress.ip_address(address)
     return any(n.version == address.version and address in n for n in nets)

@@ -13,6 +13,7 @@ endpoint host may not).
 from __future__ import annotations
 
 import re
+from typing import List, Optional, Tuple
 
 MAX_NAME = 253
 MAX_LABEL = 63
@@ -32,20 +33,20 @@ NUMERIC_LAST = 'numeric-last'
 ALL_NUMERIC = 'all-numeric'
 
 
-def is_ipv4(text):
+def is_ipv4(text: str) -> bool:
     """Strict dotted decimal (what squid and the endpoints contract accept)."""
     return bool(IPV4_RE.match(text))
 
 
-def has_control_or_space(text):
+def has_control_or_space(text: str) -> bool:
     return any(ord(c) <= 32 or ord(c) == 127 for c in text)
 
 
-def has_non_ascii(text):
+def has_non_ascii(text: str) -> bool:
     return any(ord(c) > 127 for c in text)
 
 
-def name_problem(name):
+def name_problem(name: str) -> Optional[Tuple[str, Optional[str]]]:
     """The first rule the DNS name ``name`` (no leading dot; any case) breaks: (code, label) or None.
 
     ``label`` is the offending label as written for EMPTY_LABEL, LONG_LABEL and BAD_LABEL, else None.
@@ -66,7 +67,7 @@ def name_problem(name):
     return None
 
 
-def parent_domains(name):
+def parent_domains(name: str) -> List[str]:
     """The domains above ``name``, nearest first: ``a.b.c`` -> ``['b.c', 'c']`` (none for one label).
 
     What squid's ``.domain`` entries are matched against: an entry ``.b.c`` covers ``a.b.c`` because

@@ -12,6 +12,7 @@ comparison) gets the same bytes on any target host without a file lookup.
 from __future__ import annotations
 
 import hashlib
+from typing import List, Union
 
 RULES_VERSION = 3
 
@@ -139,17 +140,17 @@ pinger_enable off
            log_dir=CONTAINER_DECISION_LOG_DIR, decision_format=DECISION_FORMAT)
 
 
-def packaged_rules():
+def packaged_rules() -> str:
     return PACKAGED_RULES
 
 
-def digest(text):
+def digest(text: Union[str, bytes]) -> str:
     if isinstance(text, str):
         text = text.encode('utf-8')
     return hashlib.sha256(text).hexdigest()
 
 
-def included(text):
+def included(text: str) -> List[str]:
     """The container paths a rules text includes, in order."""
     found = []
     for line in text.splitlines():
@@ -159,23 +160,23 @@ def included(text):
     return found
 
 
-def includes_endpoints(text):
+def includes_endpoints(text: str) -> bool:
     """True when a rules text includes the model-endpoints file (post-#503 shape)."""
     return CONTAINER_ENDPOINTS in included(text)
 
 
-def checks_tls_names(text):
+def checks_tls_names(text: str) -> bool:
     """True when a rules text sends tunnels to 443 through the TLS name check (rules version 3)."""
     return any(line.split()[:2] == ['cache_peer', '127.0.0.1'] and str(PEEK_PORT) in line.split()
                for line in text.splitlines() if line.strip())
 
 
-def writes_decision_log(text):
+def writes_decision_log(text: str) -> bool:
     """True when a rules text hands its decisions to the decision log (rules version 3, from 0.3.0)."""
     marker = 'daemon:%s/' % CONTAINER_DECISION_LOG_DIR
     return any(line.split()[:1] == ['access_log'] and marker in line for line in text.splitlines())
 
 
-def includes_guard(text):
+def includes_guard(text: str) -> bool:
     """True when a rules text includes the destination guard (rules version 2)."""
     return CONTAINER_GUARD in included(text)
