@@ -28,10 +28,11 @@ from conftest import SUFFIX, run_playbook
 
 docker = pytest.importorskip('docker')
 
-from firewall_view import firewall_namespace  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as fw_host  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import rules as fw_rules  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import table as fw_table  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
-fw = firewall_namespace()
 
 PREFIX = ('PIT' + re.sub(r'[^A-Z0-9]', '-', SUFFIX.upper()))[:19]
 POOL = '10.249.0.0/24'
@@ -59,7 +60,7 @@ def ours(text):
 
 def remove_layer():
     """The finalizer: state absent for the test prefix only (both families)."""
-    return fw.converge([], fw.Runner(), state='absent', prefix=PREFIX)
+    return fw_host.converge([], fw_host.Runner(), state='absent', prefix=PREFIX)
 
 
 class World(object):
@@ -117,7 +118,7 @@ def world(egress_env, tmp_path_factory):
     w.net = jn.network
     attrs = client.api.inspect_network(w.net)
     w.gateway = gateway_of(attrs)
-    w.bridge = fw.bridge_of(attrs)
+    w.bridge = fw_rules.bridge_of(attrs)
     client.containers.run(egress_env.tools_image, ['sleep', '1800'], name=w.container, detach=True, network=w.net,
                           labels={'io.pi-dispatch.egress.test': 'firewall'})
     w.before = {'ipv4': save('ipv4'), 'ipv6': save('ipv6')}   # before any layer, with this file's network
@@ -200,7 +201,7 @@ def test_both_variants_install_idempotent_absent_identical(variant):
     subprocess.run(['ip', 'netns', 'del', ns], stderr=subprocess.DEVNULL, check=False)
     subprocess.run(['ip', 'netns', 'add', ns], check=True)
     try:
-        run = fw.Runner(netns=ns)
+        run = fw_host.Runner(netns=ns)
         run.run(['iptables-%s' % variant, '-N', 'DOCKER-USER'])
         run.run(['iptables-%s' % variant, '-A', 'DOCKER-USER', '-j', 'RETURN'])
         before = [run.run(['%s-%s-save' % (tool, variant)])[1] for tool in ('iptables', 'ip6tables')]
@@ -208,20 +209,20 @@ def test_both_variants_install_idempotent_absent_identical(variant):
                 dict(Name='pi-dispatch-egress-out', Id='b' * 64, Driver='bridge')]
         kwargs = dict(prefix=PREFIX, pool='10.47.0.0/16', base_ports=[80, 443], endpoint_port_list=[8443],
                       endpoints=True, variant=variant)
-        first = fw.converge(nets, run, **kwargs)
+        first = fw_host.converge(nets, run, **kwargs)
         assert first['changed'] and first['families']['ipv4']['variant'] == variant
-        assert not fw.converge(nets, run, **kwargs)['changed']
-        check = fw.converge(nets, run, state='absent', prefix=PREFIX, variant=variant, check_mode=True)
+        assert not fw_host.converge(nets, run, **kwargs)['changed']
+        check = fw_host.converge(nets, run, state='absent', prefix=PREFIX, variant=variant, check_mode=True)
         assert check['changed'] and PREFIX in run.run(['iptables-%s-save' % variant])[1]   # check mode changed nothing
-        assert fw.converge(nets, run, state='absent', prefix=PREFIX, variant=variant)['changed']
+        assert fw_host.converge(nets, run, state='absent', prefix=PREFIX, variant=variant)['changed']
         after = [run.run(['%s-%s-save' % (tool, variant)])[1] for tool in ('iptables', 'ip6tables')]
-        assert fw.strip_counters(after[0]) == fw.strip_counters(before[0])
+        assert fw_table.strip_counters(after[0]) == fw_table.strip_counters(before[0])
         if variant == 'legacy' and not before[1]:
             # iptables-legacy cannot unload a table: the IPv6 filter table the layer made stays, empty (documented).
-            assert fw.strip_counters(after[1]) == ('*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n'
+            assert fw_table.strip_counters(after[1]) == ('*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n'
                                                    ':OUTPUT ACCEPT [0:0]\nCOMMIT\n')
         else:
-            assert fw.strip_counters(after[1]) == fw.strip_counters(before[1])
+            assert fw_table.strip_counters(after[1]) == fw_table.strip_counters(before[1])
     finally:
         subprocess.run(['ip', 'netns', 'del', ns], check=False)
 
@@ -301,7 +302,7 @@ def test_restart_simulated_doctor_reports_the_missing_jump_and_site_restores_it(
     rc, site_out, _recap = site(world)
     assert rc == 0 and firewall_task_status(site_out) == 'changed', site_out[-3000:]
     assert 'insert the jump DOCKER-USER -> %s (rule 1)' % forward in site_out
-    table = fw.parse_save(save('ipv4'))['filter']
+    table = fw_table.parse_save(save('ipv4'))['filter']
     assert table.rules['DOCKER-USER'][0] == '-A DOCKER-USER -j %s' % forward
     report('restart-recovery.txt', 'doctor after the jump was deleted:\n  %s %s\n  fix: %s\n\nsite.yml:\n%s\n' % (
         line['status'], line['message'], line['fix'],
@@ -339,8 +340,8 @@ def test_absent_leaves_iptables_save_as_before(world, tmp_path):
     after = {'ipv4': save('ipv4'), 'ipv6': save('ipv6')}
     for family in ('ipv4', 'ipv6'):
         assert PREFIX not in after[family]
-        before_t = fw.parse_save(w.before[family]).get('filter')
-        after_t = fw.parse_save(after[family]).get('filter')
+        before_t = fw_table.parse_save(w.before[family]).get('filter')
+        after_t = fw_table.parse_save(after[family]).get('filter')
         for chain in ('INPUT', 'DOCKER-USER', 'FORWARD'):
             if before_t is not None and chain in before_t.chains:
                 if chain == 'FORWARD' and family == 'ipv4':
@@ -356,7 +357,7 @@ def test_absent_leaves_iptables_save_as_before(world, tmp_path):
     # compared as a multiset (every rule still there, none added), every other line in order.
     def comparable(text, family):
         keep, forward = [], []
-        for line in fw.strip_counters(text).splitlines():
+        for line in fw_table.strip_counters(text).splitlines():
             bridges = set(re.findall(r'br-[0-9a-f]{12}', line))
             if bridges - mine:
                 continue
@@ -365,7 +366,7 @@ def test_absent_leaves_iptables_save_as_before(world, tmp_path):
                 continue
             keep.append(line)
         return keep, sorted(forward)
-    identical = {f: fw.strip_counters(w.before[f]) == fw.strip_counters(after[f]) for f in after}
+    identical = {f: fw_table.strip_counters(w.before[f]) == fw_table.strip_counters(after[f]) for f in after}
     report('absent-compare.txt', 'byte-identical minus counters: %r\n' % identical)
     assert comparable(w.before['ipv6'], 'ipv6') == comparable(after['ipv6'], 'ipv6')
     assert comparable(w.before['ipv4'], 'ipv4') == comparable(after['ipv4'], 'ipv4')
