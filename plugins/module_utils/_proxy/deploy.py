@@ -23,6 +23,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import d
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 
 # What the result reports of the container after a run that made or changed it.
@@ -187,10 +188,10 @@ class ProxyDeploy(object):
             allowlist_changed = self.allowlist_changed(container)
         result['allowlist_changed'] = allowlist_changed
         actions = _proxy.decide(p['state'], obs, diffs, allowlist_changed=allowlist_changed, upstream=p['network'])
-        # The shards (clones of the proxy, _proxy/shards.py) follow what the proxy does; each one's jobs count.
-        plan = _shards.follow_plan(_shards.members(self.client, p['name']), actions) if obs else []
+        # The shards (clones of the proxy, _proxy/shard_clone.py) follow what the proxy does; each one's jobs count.
+        plan = _shard_clone.follow_plan(_shards.members(self.client, p['name']), actions) if obs else []
         result['shards'] = [dict(name=m.name, action=step, jobs=m.load) for m, step in plan]
-        result['jobs_cut'] = _proxy.jobs_cut(actions, obs) + _shards.plan_jobs_cut(plan)
+        result['jobs_cut'] = _proxy.jobs_cut(actions, obs) + _shard_clone.plan_jobs_cut(plan)
         self.refuse_without_consent(actions, obs, plan, diffs, image_id)
         if present:
             manager.ensure_network(internal=p['network_internal'])
@@ -212,7 +213,7 @@ class ProxyDeploy(object):
 
     def follow_shards(self, plan: list[Any]) -> None:
         """Apply the shards' plan; ProxyError naming every shard that did not follow."""
-        self.result['shards'] = _shards.apply_plan(self.client, self.params['name'], plan)
+        self.result['shards'] = _shard_clone.apply_plan(self.client, self.params['name'], plan)
         failed = [s for s in self.result['shards'] if s['error']]
         if failed:
             raise _proxy_spec.ProxyError(

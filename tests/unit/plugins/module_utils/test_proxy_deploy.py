@@ -10,6 +10,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 
@@ -386,7 +387,7 @@ def test_a_created_proxy_is_waited_for(deploy_dir, health, wait, fragment):
 def test_a_shard_that_does_not_follow_fails_the_run_naming_it(deploy_dir, monkeypatch):
     container = _matching(deploy_dir)
     client = FakeClient(container, shards=[('pi-dispatch-egress-proxy-shard-1', [])])
-    monkeypatch.setattr(_shards, 'apply_plan', lambda _c, _p, plan: [
+    monkeypatch.setattr(_shard_clone, 'apply_plan', lambda _c, _p, plan: [
         dict(name=m.name, action=step, jobs_cut=0, error='boom') for m, step in plan])
     container.restart = lambda timeout=10: None
     run, _spec = _run(deploy_dir, client=client, state='restarted', check_mode=False, wait=False)
