@@ -241,44 +241,18 @@ def main():
         firewall_probe=dict(type='bool', default=True),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
-    p = module.params
     deploy_dir = _deployment.module_layout(module).deploy_dir
-    for key in ('probe_timeout', 'probe_start_grace', 'endpoint_timeout'):
-        if p[key] < 1:
-            module.fail_json(msg='%s must be at least 1 second, not %d' % (key, p[key]))
     try:
-        _jobnet.parse_pool(p['job_network_pool'], p['job_network_prefix'], 'job_network_pool', 'job_network_prefix')
+        _doctor.check_canary_options(module.params)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    for key in ('provider_host', 'deny_host', 'listed_host'):
-        value = p[key]
-        if value is not None and (not value or any(ch in value for ch in "/:'\" \t\n")):
-            module.fail_json(msg='%s %r is not a host name; give a bare name such as api.anthropic.com' % (key, value))
     client = dc.module_client(module)
-
-    options = _doctor.DoctorOptions(
-        p['proxy_name'], deploy_dir, p['probe_image'], provider_host=p['provider_host'],
-        deny_host=p['deny_host'], listed_host=p['listed_host'], probe_timeout=p['probe_timeout'],
-        start_grace=p['probe_start_grace'], docker_host=p['docker_host'], check_mode=module.check_mode,
-        endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
-        job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
-        firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
-        fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'])
-    doctor = _doctor.Doctor(client, options)
+    doctor = _doctor.Doctor(client, _doctor.canary_options(module.params, deploy_dir, check_mode=module.check_mode))
     try:
         lines = doctor.run()
     except dc.EngineError as exc:
         dc.fail(module, exc, dict(actions=doctor.actions))
-    would_sweep = module.check_mode and any(line.id == 'leftovers.would_sweep' for line in lines)
-    module.exit_json(
-        changed=bool(doctor.actions) or would_sweep,
-        lines=[line.as_dict() for line in lines],
-        report=_doctor.render_report(lines),
-        json_lines=_doctor.json_lines(lines),
-        summary=_doctor.summary(lines),
-        actions=doctor.actions,
-        timings=dict((k, round(v, 3)) for k, v in doctor.timings.items()),
-    )
+    module.exit_json(**_doctor.canary_result(doctor, lines, check_mode=module.check_mode))
 
 
 if __name__ == '__main__':

@@ -128,10 +128,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as _guard
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import guard_apply as _apply
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 
 
 def main():
@@ -144,69 +142,18 @@ def main():
         reload=dict(type='bool', default=True),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
-    p = module.params
-    deploy_paths = _deployment.module_layout(module).paths
-    include = deploy_paths['guard_conf']
-    result = dict(changed=False, include=include, opened=[], gateways=[], host_gateway=None, kept_inside=[],
-                  denied=[], reloaded=False, actions=[])
-    client = dc.module_client(module, result, suffix='Nothing was written.')
+    run = _apply.GuardApply(module.params, _deployment.module_layout(module).paths, check_mode=module.check_mode,
+                            diff=module._diff)
+    client = dc.module_client(module, run.result, suffix=_apply.NOTHING_WRITTEN)
     try:
-        container = dc.get_container(client, p['proxy_name'])
-        gateways, host_gateway = _proxy.gateways(client, container)
-    except dc.EngineError as exc:
-        dc.fail(module, exc, result, suffix='Nothing was written.')
-    try:
-        host_gateway = str(_guard.ipaddress.ip_address(host_gateway)) if host_gateway else None
-    except ValueError:
-        module.warn('host.docker.internal is %r inside %s, not an address; it is not in the guard'
-                    % (host_gateway, p['proxy_name']))
-        host_gateway = None
-    result.update(gateways=gateways, host_gateway=host_gateway)
-    try:
-        _guard.check_client_max_connections(p['client_max_connections'])
-        opened = _guard.validate(p['private_destinations'], p['job_pool'], gateways, host_gateway)
-    except (_guard.GuardError, ValueError) as exc:
-        module.fail_json(msg=str(exc), **result)
-    text = _guard.render(opened, p['job_pool'], gateways, host_gateway, p['client_max_connections'])
-    result.update(opened=[str(n) for n in opened], kept_inside=_guard.kept_inside(opened, gateways, host_gateway),
-                  denied=[str(n) for n in _guard.denied(opened, p['job_pool'], gateways, host_gateway)])
-    try:
-        _files.check_target(include)
-        current = _files.read(include)
-    except _files.InPlaceError as exc:
-        module.fail_json(msg='%s Lay out the deployment folder first (pi_dispatch.egress.egress_deployment adds '
-                             'the missing file).' % exc, **result)
-    changed = current != text.encode('utf-8')
-    result['changed'] = changed
-    if module._diff:
-        result['diff'] = dict(before=current.decode('utf-8', 'replace'), after=text, before_header=include,
-                              after_header=include)
-    live = container is not None and container.status == 'running'
-    if changed:
-        result['actions'].append('write %s' % include)
-        if p['reload'] and live:
-            result['actions'].append('squid -k parse, then squid -k reconfigure in %s' % p['proxy_name'])
-            result['reloaded'] = True
-    if changed and not module.check_mode:
-        try:
-            _files.write_in_place(include, text, fallback=current)
-        except _files.InPlaceError as exc:
-            module.fail_json(msg=str(exc), **result)
-        if result['reloaded']:
-            try:
-                result['loaded'] = _reload.reload_family(client, container, deploy_paths)
-            except _reload.ParseRefused as exc:
-                _files.write_in_place(include, current, fallback=current)
-                result['reloaded'] = False
-                module.fail_json(msg='%s The previous %s was written back.' % (exc, include), **result)
-            except (_proxy_spec.ProxyError, dc.EngineError) as exc:
-                result['reloaded'] = False
-                module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k reconfigure.'
-                                 % (exc, p['proxy_name']), **result)
-    if changed and not live:
-        module.warn('The proxy %s is not running, so it was not reloaded; it reads %s when it starts.'
-                    % (p['proxy_name'], include))
-    module.exit_json(**result)
+        run.run(client)
+    except _apply.GuardFailed as exc:
+        for warning in run.warnings:
+            module.warn(warning)
+        module.fail_json(msg=str(exc), **dict(exc.extra, **run.result))
+    for warning in run.warnings:
+        module.warn(warning)
+    module.exit_json(**run.result)
 
 
 if __name__ == '__main__':

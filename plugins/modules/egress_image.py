@@ -179,60 +179,13 @@ def main():
         unless_present=dict(type='str'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
-    p = module.params
-    files = dict((str(k), str(v)) for k, v in p['files'].items())
     result = dict(changed=False, base_built=False, id=None, build_hash=None, refreshed=False)
-    buildargs = {}
-    if _image.wants_security_args(p['containerfile']):
-        mirror, source = _image.choose_security_mirror(p['security_mirror'], _image.host_sources())
-        buildargs = _image.security_buildargs(mirror, p['base_suite'])
-        result.update(security_mirror=mirror, security_source=source)
-        if mirror is None:
-            module.warn('The proxy image %s gets no Debian security suite (security_mirror is empty, role '
-                        'variable egress_proxy_security_mirror): it takes no security updates. Set it to a '
-                        'security archive the build can reach, e.g. %s.' % (p['name'], _image.DEFAULT_SECURITY_MIRROR))
+    buildargs, warning = _image.module_security(module.params, result)
+    if warning:
+        module.warn(warning)
     client = dc.module_client(module, result)
     try:
-        if p['unless_present'] and dc.get_image(client, p['unless_present']) is not None:
-            result['present_instead'] = p['unless_present']
-            module.exit_json(**result)
-        base = dc.get_image(client, p['base_image'])
-        if base is None:
-            if p['base_build'] != 'debootstrap':
-                module.fail_json(msg='Base image %s is not on this daemon and no registry is used. Set '
-                                     'base_build: debootstrap (role variable egress_proxy_base_build) to '
-                                     'build it from the host\'s Debian mirror.' % p['base_image'], **result)
-            mirror = p['mirror'] or _image.debian_mirror(_image.host_sources())
-            if not mirror:
-                module.fail_json(msg='No Debian mirror found in /etc/apt/sources.list*; set mirror '
-                                     '(egress_proxy_debian_mirror).', **result)
-            result['mirror'] = mirror
-            result['changed'] = True
-            result['base_built'] = True
-            if module.check_mode:
-                module.exit_json(**result)
-            _image.build_base(client, p['base_image'], p['base_suite'], mirror)
-        if module.check_mode:
-            base = dc.get_image(client, p['base_image'])
-            args = {'BASE_IMAGE': p['base_image']}
-            args.update(buildargs)
-            wanted = _image.build_hash(p['containerfile'], base.id, args, files)
-            current = dc.get_image(client, p['name'])
-            labels = (current.labels or {}) if current else {}
-            result['build_hash'] = wanted
-            result['id'] = current.id if current else None
-            result['squid_version'] = labels.get(_image.LABEL_SQUID_VERSION)
-            result['squid_package'] = labels.get(_image.LABEL_SQUID_PACKAGE)
-            result['changed'] = labels.get(_image.LABEL_BUILD_HASH) != wanted or p['refresh']
-            result['refreshed'] = p['refresh']
-            module.exit_json(**result)
-        built = _image.build_image(client, p['name'], p['containerfile'], p['base_image'], files,
-                                   squid=p['squid'], buildargs=buildargs, refresh=p['refresh'])
-        result.update(id=built['id'], build_hash=built['build_hash'], squid_version=built['squid_version'],
-                      squid_package=built['squid_package'], refreshed=built['refreshed'])
-        if p['refresh']:
-            result['packages_changed'] = built['packages_changed']
-        result['changed'] = result['changed'] or built['changed']
+        _image.ensure_image(client, module.params, buildargs, result, check_mode=module.check_mode)
     except (_image.ImageError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **result)
     module.exit_json(**result)

@@ -271,26 +271,14 @@ container:
       returned: when present
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
-
-
-def _rules_write_decision_log(path):
-    try:
-        with open(path) as handle:
-            return _rules.writes_decision_log(handle.read())
-    except (IOError, OSError, UnicodeDecodeError):
-        return False   # a missing rules file is refused below with its fix
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 
 
 def main():
@@ -321,154 +309,27 @@ def main():
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
     p = module.params
-    for entry in p['extra_hosts']:
-        if ':' not in entry or entry.startswith(':') or entry.endswith(':'):
-            module.fail_json(msg='extra_hosts entry %r is not name:address' % entry)
-    if p['health_interval'] < 1 or p['wait_timeout'] < 1:
-        module.fail_json(msg='health_interval and wait_timeout must be at least 1 second')
-
-    deploy_paths = _deployment.module_layout(module).paths if p['deploy_dir'] else None
-    limits = dict(memory=p['memory'], pids=p['pids_limit'], nofile=p['nofile'], log_max_size=p['log_max_size'],
-                  log_max_file=p['log_max_file'])
-    decision_log = None
-    # mounted for rules that write it (version 3); a proxy still on older rules keeps its shape
-    if p['decision_log'] and deploy_paths and _rules_write_decision_log(deploy_paths['rules']):
-        decision_log = dict(dir=p['decision_log_dir'] or os.path.join(p['deploy_dir'], _decisions.DEFAULT_FOLDER),
-                            max_size=p['decision_log_max_size'], keep=p['decision_log_keep'])
     try:
-        spec = _proxy_spec.desired_spec(
-            p['image'],
-            deploy_paths['rules'] if deploy_paths else '', deploy_paths['allowlist'] if deploy_paths else '',
-            deploy_paths['endpoints_conf'] if deploy_paths else '',
-            network=p['network'], name=p['name'], extra_hosts=p['extra_hosts'],
-            health_interval=p['health_interval'], mount_endpoints=p['mount_endpoints'],
-            guard=deploy_paths['guard_conf'] if deploy_paths and p['mount_endpoints'] else None, limits=limits,
-            shard_bound=p['shard_bound'], decision_log=decision_log)
+        _deploy.check_options(p)
+    except _proxy_spec.ProxyError as exc:
+        module.fail_json(msg=str(exc))
+    deploy_paths = _deployment.module_layout(module).paths if p['deploy_dir'] else None
+    try:
+        spec = _deploy.wanted_spec(p, deploy_paths)
     except _proxy_spec.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 
     client = dc.module_client(module)
-
-    manager = _proxy.ProxyManager(client, spec, check_mode=module.check_mode)
-    result = dict(changed=False, actions=manager.actions, differences=[], messages=manager.messages, container={},
-                  allowlist_changed=False, stale_mounts=[], jobs_cut=0)
+    run = _deploy.ProxyDeploy(client, p, spec, deploy_paths, check_mode=module.check_mode, diff=module._diff)
     try:
-        container = manager.container()
-        obs = _proxy_spec.observed(container.attrs) if container else None
-        if obs and not _proxy_spec.is_ours(obs):
-            module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy (no %s label '
-                                 'and no squid rules mount). Rename or remove it (docker rename / docker rm), '
-                                 'or choose another name.' % (p['name'], _proxy_spec.LABEL_ROLE), **result)
-        image_id = None
-        if p['state'] != 'absent':
-            for src, _dst in spec['mounts']:
-                path = [v for v in deploy_paths.values() if os.path.realpath(v) == src]
-                path = path[0] if path else src
-                if os.path.islink(path):
-                    module.fail_json(msg='%s is a symlink; the proxy mounts it as a single file. Replace it '
-                                         'with the real file. Nothing was changed.' % path, **result)
-            if spec.get('log_mount'):
-                try:
-                    manager.check_log_dir()
-                except _proxy_spec.ProxyError as exc:
-                    module.fail_json(msg=str(exc), **result)
-            missing = manager.missing_sources()
-            if missing:
-                module.fail_json(msg='Mount source(s) missing: %s. Lay out the deployment folder first '
-                                     '(pi_dispatch.egress.egress_deployment or playbooks/site.yml), which adds '
-                                     'what is missing and changes nothing else.' % ', '.join(missing), **result)
-            if p['state'] not in ('stopped',):
-                # squid reads the allowlist and the includes at every start and reconfigure: never ones
-                # nobody validated (the reload path's own check, before any action).
-                try:
-                    _reload.check_sources(deploy_paths, includes=('endpoints_conf', 'guard_conf')
-                                          if p['mount_endpoints'] else ())
-                except _reload.SourcesRefused as exc:
-                    module.fail_json(msg=str(exc), problems=exc.problems, **result)
-            image_id = manager.image_id()
-            if image_id is None:
-                module.fail_json(msg='Image %s is not on this daemon. Build it with the proxy role '
-                                     '(playbooks/site.yml builds it locally; nothing is pulled).' % p['image'],
-                                 **result)
-        diffs = _proxy_spec.differences(spec, obs, image_id) if obs and p['state'] != 'absent' else []
-        live = bool(obs and obs['running'] and not obs['paused'])
-        if obs and live and p['state'] != 'absent':
-            # A mounted file saved by rename is a new inode the running proxy never sees.
-            try:
-                rc, out = dc.exec_in(container, _reload.mounted_digests_cmd([d for _s, d in spec['mounts']]))
-                stale = _reload.stale_mounts(spec, _reload.parse_digests(out))
-            except dc.EngineError as exc:
-                stale = []
-                manager.messages.append('could not compare the mounted files with the proxy\'s view: %s' % exc)
-            for src, dst in stale:
-                diffs.append('mounts: %s was replaced on disk (saved by rename, e.g. sed -i or an editor); the '
-                             'running proxy still reads the old file at %s, so the proxy is recreated to mount '
-                             'the new one' % (src, dst))
-            result['stale_mounts'] = [src for src, _dst in stale]
-        result['differences'] = diffs
-        allowlist_changed = False
-        if obs and not diffs and live and p['state'] in ('present', 'started'):
-            try:
-                rc, _out = dc.exec_in(container, _reload.allowlist_check_cmd())
-                allowlist_changed = rc != 0
-            except dc.EngineError as exc:
-                manager.messages.append('could not compare the allowlist with what squid last read: %s' % exc)
-            if allowlist_changed:
-                manager.messages.append('the allowlist differs from what squid last read (edited by hand, or '
-                                        'never recorded): reconfigure, which cuts no job')
-        result['allowlist_changed'] = allowlist_changed
-        actions = _proxy.decide(p['state'], obs, diffs, allowlist_changed=allowlist_changed, upstream=p['network'])
-        # The shards (clones of the proxy, _shards.py) follow what the proxy does; each one's jobs count.
-        plan = _shards.follow_plan(_shards.members(client, p['name']), actions) if obs else []
-        result['shards'] = [dict(name=m.name, action=step, jobs=m.load) for m, step in plan]
-        result['jobs_cut'] = _proxy.jobs_cut(actions, obs) + _shards.plan_jobs_cut(plan)
-        refusal = (_proxy.consent_refusal(actions, obs, p['allow_cut_jobs'])
-                   or _proxy.shard_consent_refusal(plan, p['allow_cut_jobs']))
-        if refusal:
-            result['refused'] = True
-            if module._diff and diffs:
-                result['diff'] = _proxy_spec.shape_diff(spec, obs, image_id)
-                result['diff']['after_header'] = '%s (wanted; refused: %s)' % (p['name'], refusal)
-            module.fail_json(msg='%s What differs: %s' % (refusal, '; '.join(diffs) or 'nothing (%s asked)'
-                                                          % p['state']), **result)
-        if p['state'] != 'absent':
-            manager.ensure_network(internal=p['network_internal'])
-            if manager.ensure_log_dir():
-                result['changed'] = True
-        old_networks = _proxy.reattach_networks(obs, p['network']) if obs else []
-        container = manager.apply(actions, container, old_networks)
-        if plan and not module.check_mode:
-            result['shards'] = _shards.apply_plan(client, p['name'], plan)
-            failed = [s for s in result['shards'] if s['error']]
-            if failed:
-                module.fail_json(msg='The proxy is as wanted, but %d shard(s) did not follow it: %s. Rerun to '
-                                     'retry them.' % (len(failed), '; '.join('%s (%s: %s)' % (
-                                         s['name'], s['action'], s['error']) for s in failed)),
-                                 **result)
-        manager.actions.extend('%s shard %s' % (step, m.name) for m, step in plan)
-        result['changed'] = bool(manager.actions)
-        if module._diff and (diffs or (obs is None and 'create' in actions)):
-            result['diff'] = _proxy_spec.shape_diff(spec, obs, image_id)
-        if container is not None and not module.check_mode:
-            started = set(actions) & set(['create', 'start', 'restart', 'unpause', 'reconfigure'])
-            if p['wait'] and started and p['state'] not in ('stopped',):
-                status = manager.wait_healthy(container, p['wait_timeout'])
-                if status != 'healthy':
-                    module.fail_json(msg='The proxy did not become healthy within %ss (last status: %s). '
-                                         'Its log ends with:\n%s' % (p['wait_timeout'], status,
-                                                                     _proxy.logs_tail(container)), **result)
-            container.reload()
-            obs_after = _proxy_spec.observed(container.attrs)
-            result['container'] = dict((k, obs_after[k]) for k in (
-                'id', 'name', 'status', 'health', 'networks', 'job_networks', 'mounts', 'published_ports',
-                'image_id', 'restart_policy', 'extra_hosts'))
-        elif obs and p['state'] != 'absent':
-            result['container'] = obs
+        run.run()
+    except _reload.SourcesRefused as exc:
+        module.fail_json(msg=str(exc), problems=exc.problems, **run.result)
     except (_proxy_spec.ProxyError, dc.EngineError) as exc:
-        module.fail_json(msg=str(exc), **result)
-    for warning in manager.warnings:
+        module.fail_json(msg=str(exc), **run.result)
+    for warning in run.warnings:
         module.warn(warning)
-    module.exit_json(**result)
+    module.exit_json(**run.result)
 
 
 if __name__ == '__main__':

@@ -185,39 +185,11 @@ problems:
   elements: dict
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
-
-PARSE_CMD = _reload.PARSE_CMD
-RECONFIGURE_CMD = ['squid', '-k', 'reconfigure', '-f', _rules.CONTAINER_RULES]
-
-
-def _tail(text, lines=15):
-    return '\n'.join(text.strip().splitlines()[-lines:])
-
-
-def _mount_warning(container, include):
-    """A warning when the proxy does not mount this include, or mounts another file."""
-    mounts = (container.attrs or {}).get('Mounts') or []
-    for mount in mounts:
-        if mount.get('Destination') == _rules.CONTAINER_ENDPOINTS:
-            source = mount.get('Source') or ''
-            if os.path.realpath(source) != os.path.realpath(include):
-                return ('The proxy mounts %s as its model-endpoints include, not %s; the reload does not read '
-                        'what was rendered here. Point deploy_dir at the proxy\'s folder, or recreate the proxy '
-                        '(pi_dispatch.egress.egress_proxy).' % (source, include))
-            return None
-    return ('The proxy does not mount %s (a proxy made before model endpoints existed), so the endpoints stay '
-            'unreachable until it is recreated with the third mount (pi_dispatch.egress.egress_proxy).'
-            % _rules.CONTAINER_ENDPOINTS)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import endpoints_apply as _apply
 
 
 def main():
@@ -231,112 +203,19 @@ def main():
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec),
                            mutually_exclusive=[('declaration', 'endpoints')], supports_check_mode=True)
-    p = module.params
-    layout = _deployment.module_layout(module)
-    deploy_dir = layout.deploy_dir
-    include = _endpoints.include_path(deploy_dir)
-    result = dict(changed=False, endpoints=[], declaration=dict(path=None, exists=False), include=include,
-                  include_changed=False, inode=None, reloaded=False, reload_skipped='', actions=[])
+    run = _apply.EndpointsApply(module.params, _deployment.module_layout(module), check_mode=module.check_mode,
+                                diff=module._diff)
 
-    # 1. declare: read and validate (refuse, never repair), from the file or the endpoints option.
+    def connect():
+        return dc.module_client(module, run.result, suffix=_apply.NOTHING_WRITTEN,
+                                why='needed to reload the proxy; set reload: false to only render')
     try:
-        if p['endpoints'] is not None:
-            endpoints, decl_path, exists = _endpoints.from_items(p['endpoints']), None, False
-        else:
-            endpoints, decl_path, exists = _endpoints.load(deploy_dir, p['declaration'])
-    except _endpoints.EndpointsError as exc:
-        module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
-    result['endpoints'] = _endpoints.summary(endpoints)
-    result['declaration'] = dict(path=decl_path, exists=exists)
-
-    # 2. render, and compare with the file the proxy mounts.
-    try:
-        new_text = _endpoints.render_include(endpoints)
-    except _endpoints.EndpointsError as exc:
-        module.fail_json(msg=str(exc), problems=[pr.as_dict() for pr in exc.problems], **result)
-    try:
-        st = _files.check_target(include)
-        current = _files.read(include)
-    except _files.InPlaceError as exc:
-        module.fail_json(msg=str(exc), **result)
-    except OSError as exc:
-        module.fail_json(msg='Cannot read %s: %s' % (include, exc), **result)
-    result['inode'] = st.st_ino
-    changed = current != new_text.encode('utf-8')
-    result['include_changed'] = changed
-    result['changed'] = changed
-
-    # state=validated: report what a render would do; write, reload and contact nothing.
-    if p['state'] == 'validated':
-        result['changed'] = False
-        result['reload_skipped'] = 'state is validated' if changed else ''
-        module.exit_json(**result)
-
-    # 3. decide the reload before anything is written.
-    container = None
-    warnings = []
-    if changed and not p['reload']:
-        result['reload_skipped'] = 'reload is false'
-    elif changed:
-        client = dc.module_client(module, result, suffix='Nothing was written.',
-                                  why='needed to reload the proxy; set reload: false to only render')
-        try:
-            container = dc.get_container(client, p['proxy_name'])
-        except dc.EngineError as exc:
-            dc.fail(module, exc, result, suffix='Nothing was written.')
-        if container is None:
-            result['reload_skipped'] = 'proxy %s does not exist' % p['proxy_name']
-        elif container.status != 'running':
-            result['reload_skipped'] = 'proxy %s is not running (%s)' % (p['proxy_name'], container.status)
-            container = None
-        if result['reload_skipped']:
-            warnings.append('Reload skipped: %s. The include is %s; the proxy reads it when it starts.'
-                            % (result['reload_skipped'], 'rendered' if not module.check_mode else
-                               'what would be rendered'))
-        elif container is not None:
-            mount_warning = _mount_warning(container, include)
-            if mount_warning:
-                warnings.append(mount_warning)
-
-    if module._diff:
-        after_header = include
-        if changed:
-            after_header += (' (then squid -k reconfigure in %s)' % p['proxy_name'] if container is not None
-                             else ' (no reload: %s)' % result['reload_skipped'])
-        result['diff'] = dict(before=current.decode('utf-8', 'replace'), after=new_text,
-                              before_header=include, after_header=after_header)
-
-    # 4. write in place, then parse and reconfigure.
-    if changed:
-        result['actions'].append('write %s' % include)
-    if changed and container is not None:
-        result['actions'] += [' '.join(PARSE_CMD[:3]), ' '.join(RECONFIGURE_CMD[:3])]
-        result['reloaded'] = True
-    if changed and not module.check_mode:
-        try:
-            written = _files.write_in_place(include, new_text)
-        except _files.InPlaceError as exc:
-            result['reloaded'] = False
-            module.fail_json(msg=str(exc), **result)
-        result['inode'] = written['inode']
-        if container is not None:
-            try:
-                result['loaded'] = _reload.reload_family(client, container, layout.paths)
-            except _reload.ParseRefused as exc:
-                try:
-                    _files.write_in_place(include, current)
-                    put_back = 'The previous include was written back'
-                except _files.InPlaceError as exc2:
-                    put_back = 'Writing the previous include back failed too (%s)' % exc2
-                result['reloaded'] = False
-                module.fail_json(msg='%s %s.' % (exc, put_back), **result)
-            except (_reload.ProxyError, dc.EngineError) as exc:
-                result['reloaded'] = False
-                module.fail_json(msg='%s The include is written; reload with docker exec %s squid -k '
-                                     'reconfigure.' % (exc, p['proxy_name']), **result)
-    for warning in warnings:
+        run.run(connect)
+    except _apply.EndpointsFailed as exc:
+        module.fail_json(msg=str(exc), **dict(exc.extra, **run.result))
+    for warning in run.warnings:
         module.warn(warning)
-    module.exit_json(**result)
+    module.exit_json(**run.result)
 
 
 if __name__ == '__main__':

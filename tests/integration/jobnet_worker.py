@@ -18,7 +18,7 @@ import time
 import docker
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 
 
 def collections_base():
@@ -69,7 +69,7 @@ def main():
             sys.stdout.write('hanging\n')
             sys.stdout.flush()
             time.sleep(300)
-        _shards.wait_ready = hang
+        _shard_clone.wait_ready = hang
     sys.stdout.write('ready\n')
     sys.stdout.flush()
     deadline = time.monotonic() + 120

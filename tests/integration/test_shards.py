@@ -23,6 +23,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone  # noqa: E402
 
 PID = os.getpid()
 
@@ -42,12 +43,12 @@ def _curl(container, proxy, url, timeout=10):
 
 def _health_test_passes(client, container):
     """Run the container's own health test now (bounded by its timeout): True when squid answers it."""
-    argv = _shards.health_argv(client.api.inspect_container(container)['Config']['Healthcheck']['Test'])
+    argv = _shard_clone.health_argv(client.api.inspect_container(container)['Config']['Healthcheck']['Test'])
     rc, _out = client.containers.get(container).exec_run(['timeout', '10'] + argv)
     return rc == 0
 
 
-def _docker_says_healthy(client, container, limit=_shards.SHARD_HEALTH_INTERVAL + 30):
+def _docker_says_healthy(client, container, limit=_shard_clone.SHARD_HEALTH_INTERVAL + 30):
     """Wait (bounded) for Docker's own verdict, which a shard gets at its first scheduled check."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -118,7 +119,7 @@ def test_jobs_beyond_the_bound_land_on_a_shard_that_is_a_copy_of_the_proxy(shard
     assert s['Config']['Cmd'] == p['Config']['Cmd']
     # the proxy's health check on the shards' own schedule (each check is a docker exec)
     assert s['Config']['Healthcheck'] == dict(p['Config']['Healthcheck'],
-                                              Interval=_shards.SHARD_HEALTH_INTERVAL * 10 ** 9)
+                                              Interval=_shard_clone.SHARD_HEALTH_INTERVAL * 10 ** 9)
     assert s['Config']['Labels'][_shards.LABEL_SHARD_OF] == proxy
     assert not s['HostConfig']['PortBindings']
     # on the job's network the shard answers to the proxy's name
@@ -296,7 +297,7 @@ def test_a_replaced_proxy_replaces_its_shard_only_with_consent_and_the_shard_kee
         attrs = client.api.inspect_container(shard)
         assert attrs['Id'] != shard_id                                   # a fresh copy of the new proxy
         assert attrs['Config']['Healthcheck']['StartPeriod'] == 7 * 10 ** 9    # the new proxy's start period
-        assert attrs['Config']['Healthcheck']['Interval'] == _shards.SHARD_HEALTH_INTERVAL * 10 ** 9
+        assert attrs['Config']['Healthcheck']['Interval'] == _shard_clone.SHARD_HEALTH_INTERVAL * 10 ** 9
         assert _health_test_passes(client, shard)
         # its own job network is attached again, under the proxy's name
         net = sharded['nets'][2].network
@@ -309,7 +310,7 @@ def test_a_replaced_proxy_replaces_its_shard_only_with_consent_and_the_shard_kee
         assert rc == 0, out[-4000:]
     restored = client.api.inspect_container(shard)['Config']['Healthcheck']
     assert restored['StartPeriod'] == client.api.inspect_container(proxy)['Config']['Healthcheck']['StartPeriod']
-    assert restored['Interval'] == _shards.SHARD_HEALTH_INTERVAL * 10 ** 9
+    assert restored['Interval'] == _shard_clone.SHARD_HEALTH_INTERVAL * 10 ** 9
 
 
 def test_the_role_variable_sets_the_bound_every_dispatcher_follows(egress_env):

@@ -37,11 +37,13 @@ import json
 import os
 import threading
 import time
+from typing import Any
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import firewall as _doctor_firewall
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import jobpool as _jobpool
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import parse_pool
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.decisions import decisions_line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import (
     ISOLATION_CONNECT_TIMEOUT, IsolationMixin)
@@ -362,3 +364,42 @@ class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, O
         lines.extend(leftovers)
         self.timings['total'] = time.monotonic() - started
         return lines
+
+
+def check_canary_options(params: dict[str, Any]) -> None:
+    """ValueError for egress_canary options that are wrong whatever the daemon holds (asked of nobody)."""
+    for key in ('probe_timeout', 'probe_start_grace', 'endpoint_timeout'):
+        if params[key] < 1:
+            raise ValueError('%s must be at least 1 second, not %d' % (key, params[key]))
+    parse_pool(params['job_network_pool'], params['job_network_prefix'], 'job_network_pool', 'job_network_prefix')
+    for key in ('provider_host', 'deny_host', 'listed_host'):
+        value = params[key]
+        if value is not None and (not value or any(ch in value for ch in "/:'\" \t\n")):
+            raise ValueError('%s %r is not a host name; give a bare name such as api.anthropic.com' % (key, value))
+
+
+def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = False) -> DoctorOptions:
+    """The doctor's options from egress_canary's parsed options."""
+    p = params
+    return DoctorOptions(
+        p['proxy_name'], deploy_dir, p['probe_image'], provider_host=p['provider_host'],
+        deny_host=p['deny_host'], listed_host=p['listed_host'], probe_timeout=p['probe_timeout'],
+        start_grace=p['probe_start_grace'], docker_host=p['docker_host'], check_mode=check_mode,
+        endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
+        job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
+        firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
+        fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'])
+
+
+def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -> dict[str, Any]:
+    """egress_canary's result of a finished run: changed when it swept (or, in check mode, would sweep)."""
+    would_sweep = check_mode and any(line.id == 'leftovers.would_sweep' for line in lines)
+    return dict(
+        changed=bool(doctor.actions) or would_sweep,
+        lines=[line.as_dict() for line in lines],
+        report=render_report(lines),
+        json_lines=json_lines(lines),
+        summary=summary(lines),
+        actions=doctor.actions,
+        timings=dict((k, round(v, 3)) for k, v in doctor.timings.items()),
+    )

@@ -24,6 +24,7 @@ import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line, shard_line_id, via_shard
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     LABEL, NETWORK_PREFIX, shard_key, shard_network_name)
@@ -95,7 +96,7 @@ def shard_line(shard):
     if shard.health:
         return Line('proxy.shard_health', 'warn', 'Egress proxy shard health: %s is %s' % (name, shard.health),
                     fix='a shard is checked every %d s: wait that long and re-run doctor; docker inspect %s shows '
-                        'the health log' % (_shards.SHARD_HEALTH_INTERVAL, name))
+                        'the health log' % (_shard_clone.SHARD_HEALTH_INTERVAL, name))
     return Line('proxy.shard_health', 'warn',
                 'Egress proxy shard health: %s is unchecked (no health check is configured)' % name,
                 fix='docker rm -f %s once it carries no job network (a shard is a clone of the proxy, health '

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine import (
     as_engine_error,
@@ -316,7 +317,7 @@ def _sweep_shards_held(client, proxy_name, result, check_mode, lock):
             result['changed'] = True
             continue
         try:
-            if _shards.remove_if_empty(client, proxy_name, member.name):
+            if _shard_clone.remove_if_empty(client, proxy_name, member.name):
                 result['removed_shards'].append(member.name)
                 result['changed'] = True
                 lock.changed()

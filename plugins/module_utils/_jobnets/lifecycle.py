@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
     EngineError,
     api_message,
@@ -189,7 +190,7 @@ def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
         _shards.remember(memo, proxy_name, family)
         chosen = _shards.choose(family, shard_bound)
         if chosen is None:
-            chosen = _shards.add_shard(client, proxy_name, family)
+            chosen = _shard_clone.add_shard(client, proxy_name, family)
             _shards.note(memo, proxy_name, chosen.name, member=chosen)
     return chosen.name
 
@@ -468,7 +469,7 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
         try:
             with _jobnet_lock.held(client, memo) as lock:
                 for carrier in shards:
-                    if _shards.remove_if_empty(client, proxy_name, carrier):
+                    if _shard_clone.remove_if_empty(client, proxy_name, carrier):
                         done.append('remove the empty shard %s' % carrier)
                         _shards.note(memo, proxy_name, carrier, attached=False)
                         lock.changed()

@@ -48,7 +48,7 @@ LOCK_DIR_ENV = 'PI_EGRESS_LOCK_DIR'
 LOCK_DIRS = ('/run/lock', '/var/lock')
 LOCK_PREFIX = 'pi-dispatch-egress-jobnet-'
 # How long a creator waits for the lock (seconds) before it gives up, retryably. A holder that
-# starts a shard holds it until the shard is healthy (at most _shards.WAIT_HEALTHY, 60 s).
+# starts a shard holds it until the shard is healthy (at most _shard_clone.WAIT_HEALTHY, 60 s).
 LOCK_WAIT = 180.0
 _POLL_MAX = 0.05
 

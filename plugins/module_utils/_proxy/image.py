@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from typing import Any
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 
@@ -356,3 +357,63 @@ def _untag(client, scratch):
         client.api.remove_image(scratch, noprune=False)
     except Exception:  # a scratch tag left behind is harmless; the next refresh overwrites it
         pass
+
+
+# --- what egress_image does with a client -----------------------------------------------------
+def module_security(params: dict[str, Any], result: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """(the build arguments of the image's security suite, a warning or None); ``result`` gets the mirror
+    and where it came from. Only for a Containerfile that declares ``ARG SECURITY_MIRROR``."""
+    if not wants_security_args(params['containerfile']):
+        return {}, None
+    mirror, source = choose_security_mirror(params['security_mirror'], host_sources())
+    result.update(security_mirror=mirror, security_source=source)
+    if mirror is not None:
+        return security_buildargs(mirror, params['base_suite']), None
+    return security_buildargs(mirror, params['base_suite']), (
+        'The proxy image %s gets no Debian security suite (security_mirror is empty, role variable '
+        'egress_proxy_security_mirror): it takes no security updates. Set it to a security archive the build '
+        'can reach, e.g. %s.' % (params['name'], DEFAULT_SECURITY_MIRROR))
+
+
+def ensure_image(client: Any, params: dict[str, Any], buildargs: dict[str, str], result: dict[str, Any],
+                 check_mode: bool = False) -> dict[str, Any]:
+    """egress_image's run: the base (built by debootstrap when asked), then the image (built only when its
+    build hash differs, or refreshed). Fills and returns ``result``; raises ImageError or EngineError."""
+    p = params
+    files = dict((str(k), str(v)) for k, v in p['files'].items())
+    if p['unless_present'] and dc.get_image(client, p['unless_present']) is not None:
+        result['present_instead'] = p['unless_present']
+        return result
+    base = dc.get_image(client, p['base_image'])
+    if base is None:
+        if p['base_build'] != 'debootstrap':
+            raise ImageError('Base image %s is not on this daemon and no registry is used. Set base_build: '
+                             'debootstrap (role variable egress_proxy_base_build) to build it from the host\'s '
+                             'Debian mirror.' % p['base_image'])
+        mirror = p['mirror'] or debian_mirror(host_sources())
+        if not mirror:
+            raise ImageError('No Debian mirror found in /etc/apt/sources.list*; set mirror '
+                             '(egress_proxy_debian_mirror).')
+        result.update(mirror=mirror, changed=True, base_built=True)
+        if check_mode:
+            return result
+        build_base(client, p['base_image'], p['base_suite'], mirror)
+    if check_mode:
+        base = dc.get_image(client, p['base_image'])
+        args = {'BASE_IMAGE': p['base_image']}
+        args.update(buildargs)
+        wanted = build_hash(p['containerfile'], base.id, args, files)
+        current = dc.get_image(client, p['name'])
+        labels = (current.labels or {}) if current else {}
+        result.update(build_hash=wanted, id=current.id if current else None,
+                      squid_version=labels.get(LABEL_SQUID_VERSION), squid_package=labels.get(LABEL_SQUID_PACKAGE),
+                      changed=labels.get(LABEL_BUILD_HASH) != wanted or p['refresh'], refreshed=p['refresh'])
+        return result
+    built = build_image(client, p['name'], p['containerfile'], p['base_image'], files,
+                        squid=p['squid'], buildargs=buildargs, refresh=p['refresh'])
+    result.update(id=built['id'], build_hash=built['build_hash'], squid_version=built['squid_version'],
+                  squid_package=built['squid_package'], refreshed=built['refreshed'])
+    if p['refresh']:
+        result['packages_changed'] = built['packages_changed']
+    result['changed'] = result['changed'] or built['changed']
+    return result

@@ -18,7 +18,7 @@ import time
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import (
     LABEL_NETWORK_ROLE, PROXY_UID, UPSTREAM_NETWORK, ProxyError, create_kwargs, is_job_network)
 
@@ -88,8 +88,9 @@ def consent_refusal(actions, obs, allow_cut_jobs, variable='egress_proxy_allow_c
 
 
 def shard_consent_refusal(plan, allow_cut_jobs, variable='egress_proxy_allow_cut_jobs'):
-    """None when the shards may follow the proxy, else the refusal: each shard's jobs count (_shards.follow_plan)."""
-    cutting = [(member, step) for member, step in plan if step in _shards.CUTTING and member.load]
+    """None when the shards may follow the proxy, else the refusal: each shard's jobs count
+    (``shard_clone.follow_plan``)."""
+    cutting = [(member, step) for member, step in plan if step in _shard_clone.CUTTING and member.load]
     if not cutting or allow_cut_jobs:
         return None
     cut = sum(member.load for member, _step in cutting)

@@ -595,3 +595,45 @@ def test_attrs_gateways():
                                               'a': {'Gateway': '172.18.0.1', 'IPv6Gateway': 'fd00::1'}}}}
     assert _doctor_proxy.attrs_gateways(attrs) == {'172.18.0.1': 'a', 'fd00::1': 'a', '10.47.0.1': 'b'}
     assert _doctor_proxy.attrs_gateways({}) == {}
+
+
+# --- egress_canary's options and result (check_canary_options, canary_options, canary_result) ---------------
+CANARY = dict(proxy_name='pi-dispatch-egress-proxy', probe_image='probe:it', fallback_probe_image=None,
+              decision_log_dir=None, provider_host='api.anthropic.com', deny_host='example.com', listed_host=None,
+              probe_timeout=10, probe_start_grace=5, endpoint_timeout=5, models_json=None, isolation=True,
+              job_network_pool='10.47.0.0/16', job_network_prefix=24, sweep=True, firewall=True,
+              firewall_chain_prefix='PI-EGRESS', firewall_probe=True, docker_host=None)
+
+
+@pytest.mark.parametrize('change, fragment', [
+    ({}, None),
+    (dict(probe_timeout=0), 'probe_timeout must be at least 1 second, not 0'),
+    (dict(endpoint_timeout=0), 'endpoint_timeout must be at least 1 second, not 0'),
+    (dict(job_network_pool='10.47.0.0/33'), 'job_network_pool'),
+    (dict(provider_host='https://api.anthropic.com'), "provider_host 'https://api.anthropic.com' is not a host name"),
+    (dict(listed_host=''), "listed_host '' is not a host name"),
+])
+def test_canary_options_refused_before_the_daemon(change, fragment):
+    params = dict(CANARY, **change)
+    if fragment is None:
+        _doctor.check_canary_options(params)
+        options = _doctor.canary_options(params, '/d', check_mode=True)
+        assert (options.proxy, options.deploy_dir, options.check_mode, options.firewall) == (
+            'pi-dispatch-egress-proxy', '/d', True, dict(enabled=True, chain_prefix='PI-EGRESS', probe=True))
+        return
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        _doctor.check_canary_options(params)
+
+
+@pytest.mark.parametrize('actions, would_sweep, check_mode, changed', [
+    ([], False, False, False),
+    (['removed container x'], False, False, True),
+    ([], True, True, True),
+    ([], True, False, False),
+])
+def test_canary_result_is_changed_when_it_swept(actions, would_sweep, check_mode, changed):
+    lines = [_doctor_lines.Line('leftovers.would_sweep' if would_sweep else 'proxy.running', 'ok', 'fine')]
+    doctor = type('Ran', (), {'actions': actions, 'timings': {'probe': 0.12345}})()
+    result = _doctor.canary_result(doctor, lines, check_mode=check_mode)
+    assert result['changed'] is changed and result['timings'] == {'probe': 0.123}
+    assert set(result) == {'changed', 'lines', 'report', 'json_lines', 'summary', 'actions', 'timings'}

@@ -2,6 +2,7 @@
 
 import os
 
+import docker
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import image as _image
@@ -275,3 +276,101 @@ def test_buildargs_reach_the_build_and_the_hash():
     sec = _image.build_image(daemon, 'p:latest', 'FROM x', 'base:t',
                              buildargs=_image.security_buildargs('http://s.example/debian-security', 'trixie'))
     assert sec['changed'] and sec['build_hash'] != plain['build_hash']
+
+
+# --- egress_image's run (ensure_image, module_security) ------------------------------------------
+MODULE_PARAMS = dict(name='px:latest', containerfile='FROM ${BASE_IMAGE}\n', files={}, base_image='base:trixie',
+                     base_build='none', base_suite='trixie', mirror=None, squid=True, security_mirror=None,
+                     refresh=False, unless_present=None)
+
+
+class _Images(object):
+    def __init__(self, present):
+        self.present = present
+
+    def get(self, name):
+        if name not in self.present:
+            raise docker.errors.NotFound('no such image')
+        return self.present[name]
+
+
+class _ImageClient(object):
+    def __init__(self, **present):
+        self.images = _Images(dict((k.replace('_', ':'), v) for k, v in present.items()))
+
+
+def _result():
+    return dict(changed=False, base_built=False, id=None, build_hash=None, refreshed=False)
+
+
+@pytest.mark.parametrize('containerfile, option, sources, args, warned', [
+    ('FROM x\n', None, [], {}, False),
+    ('ARG SECURITY_MIRROR\n', '', [], {'SECURITY_MIRROR': '', 'SECURITY_SUITE': ''}, True),
+    ('ARG SECURITY_MIRROR\n', 'http://m/debian-security', [],
+     {'SECURITY_MIRROR': 'http://m/debian-security', 'SECURITY_SUITE': 'trixie-security'}, False),
+])
+def test_module_security(monkeypatch, containerfile, option, sources, args, warned):
+    monkeypatch.setattr(_image, 'host_sources', lambda root='/etc/apt': sources)
+    result = _result()
+    params = dict(MODULE_PARAMS, containerfile=containerfile, security_mirror=option)
+    buildargs, warning = _image.module_security(params, result)
+    assert buildargs == args
+    assert bool(warning) is warned and (not warned or 'gets no Debian security suite' in warning)
+    assert ('security_mirror' in result) is bool(args)
+
+
+@pytest.mark.parametrize('params, present, check_mode, fragment, wanted', [
+    (dict(unless_present='other:1'), ('other_1',), False, None, dict(present_instead='other:1', changed=False)),
+    ({}, (), False, 'Base image base:trixie is not on this daemon and no registry is used', None),
+    (dict(base_build='debootstrap'), (), False, 'No Debian mirror found in /etc/apt/sources.list*', None),
+    (dict(base_build='debootstrap', mirror='http://m/debian'), (), True, None,
+     dict(mirror='http://m/debian', changed=True, base_built=True, build_hash=None)),
+])
+def test_ensure_image_before_the_build(monkeypatch, params, present, check_mode, fragment, wanted):
+    monkeypatch.setattr(_image, 'host_sources', lambda root='/etc/apt': [])
+    monkeypatch.setattr(_image, 'build_base', lambda *a, **k: pytest.fail('no base build expected'))
+    monkeypatch.setattr(_image, 'build_image', lambda *a, **k: pytest.fail('no build expected'))
+    client = _ImageClient(**dict((name, FakeImage('sha256:' + name, {})) for name in present))
+    result = _result()
+    if fragment:
+        with pytest.raises(_image.ImageError) as info:
+            _image.ensure_image(client, dict(MODULE_PARAMS, **params), {}, result, check_mode=check_mode)
+        assert str(info.value).startswith(fragment)
+        assert result == _result()
+        return
+    _image.ensure_image(client, dict(MODULE_PARAMS, **params), {}, result, check_mode=check_mode)
+    assert dict((k, result[k]) for k in wanted) == wanted
+
+
+@pytest.mark.parametrize('label, refresh, changed', [
+    ('same', False, False),
+    ('old', False, True),
+    ('same', True, True),
+    (None, False, True),
+])
+def test_ensure_image_in_check_mode_compares_the_build_hash(label, refresh, changed):
+    base = FakeImage('sha256:base', {})
+    wanted = _image.build_hash(MODULE_PARAMS['containerfile'], base.id, {'BASE_IMAGE': 'base:trixie'}, {})
+    present = dict(base_trixie=base)
+    if label:
+        present['px_latest'] = FakeImage('sha256:px', {_image.LABEL_BUILD_HASH: wanted if label == 'same' else 'x',
+                                                       _image.LABEL_SQUID_VERSION: '6.13'})
+    result = _result()
+    _image.ensure_image(_ImageClient(**present), dict(MODULE_PARAMS, refresh=refresh), {}, result, check_mode=True)
+    assert result['changed'] is changed and result['build_hash'] == wanted and result['refreshed'] is refresh
+    assert result['id'] == ('sha256:px' if label else None)
+    assert result['squid_version'] == ('6.13' if label else None)
+
+
+@pytest.mark.parametrize('refresh', [False, True])
+def test_ensure_image_builds_and_reports(monkeypatch, refresh):
+    built = dict(id='sha256:new', build_hash='h', squid_version='6.13', squid_package='6.13-1', refreshed=refresh,
+                 packages_changed=['squid'], changed=True)
+    calls = []
+    monkeypatch.setattr(_image, 'build_image', lambda *a, **k: calls.append((a, k)) or built)
+    result = _result()
+    client = _ImageClient(base_trixie=FakeImage('sha256:base', {}))
+    _image.ensure_image(client, dict(MODULE_PARAMS, refresh=refresh), {'SECURITY_MIRROR': ''}, result)
+    assert calls[0][1] == dict(squid=True, buildargs={'SECURITY_MIRROR': ''}, refresh=refresh)
+    assert result['id'] == 'sha256:new' and result['changed'] is True
+    assert ('packages_changed' in result) is refresh

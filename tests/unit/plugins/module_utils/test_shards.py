@@ -13,6 +13,7 @@ import requests
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import engine
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as cl
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as sh
 
 P = 'pi-dispatch-egress-proxy'
@@ -190,7 +191,7 @@ S = 1000000000
     ({}, {}),
 ])
 def test_shard_healthcheck(check, wanted):
-    assert sh.shard_healthcheck(check) == wanted
+    assert cl.shard_healthcheck(check) == wanted
 
 
 @pytest.mark.parametrize('test, argv', [
@@ -202,7 +203,7 @@ def test_shard_healthcheck(check, wanted):
     (None, None),
 ])
 def test_health_argv(test, argv):
-    assert sh.health_argv(test) == argv
+    assert cl.health_argv(test) == argv
 
 
 class _ReadyApi(object):
@@ -252,19 +253,19 @@ class _Clock(object):
 ])
 def test_wait_ready(states, exits, test, status, execs):
     client, clock = _ReadyApi(states, exits, test), _Clock()
-    assert sh.wait_ready(client, 's', 10, sleep=clock.sleep, clock=clock) == status
+    assert cl.wait_ready(client, 's', 10, sleep=clock.sleep, clock=clock) == status
     assert len(client.execs) == execs
     assert all(argv == list(test[1:]) for argv in client.execs)
 
 
 def test_clone_is_the_proxy_shape_with_the_shard_labels_and_no_job_network():
-    spec = sh.clone_spec(PROXY_ATTRS, P, 2)
+    spec = cl.clone_spec(PROXY_ATTRS, P, 2)
     assert spec['name'] == P + '-shard-2'
     assert spec['image'] == 'sha256:abc'                 # exactly what the proxy runs
     assert spec['command'] == ['sh', '-c', 'exec squid -N'] and spec['user'] == 'proxy'
     # the proxy's health test, on the shards' slower schedule (a check is a docker exec per shard)
     assert spec['healthcheck'] == {'Test': ['CMD', 'squidclient', 'mgr:info'],
-                                   'Interval': sh.SHARD_HEALTH_INTERVAL * 1000000000}
+                                   'Interval': cl.SHARD_HEALTH_INTERVAL * 1000000000}
     assert PROXY_ATTRS['Config']['Healthcheck']['Interval'] == 5000000000   # the proxy's own is not touched
     assert spec['labels'] == {'io.pi-dispatch.egress.role': sh.SHARD_ROLE, sh.LABEL_SHARD_OF: P,
                               sh.LABEL_SHARD_INDEX: '2'}
@@ -324,18 +325,18 @@ def test_family_on_reads_the_active_endpoints():
 ])
 def test_shards_follow_the_proxy(proxy_actions, wanted):
     family = [m(0, 4), m(1, 3), m(2, 0, 'exited')]
-    plan = sh.follow_plan(family, proxy_actions)
+    plan = cl.follow_plan(family, proxy_actions)
     assert [(member.index, step) for member, step in plan] == wanted
 
 
 def test_the_jobs_a_plan_cuts_count_shard_by_shard():
     family = [m(0, 4), m(1, 3), m(2, 5)]
-    assert sh.plan_jobs_cut(sh.follow_plan(family, ['restart'])) == 8
-    assert sh.plan_jobs_cut(sh.follow_plan([m(0, 4), m(1, 3, 'exited')], ['start'])) == 0
+    assert cl.plan_jobs_cut(cl.follow_plan(family, ['restart'])) == 8
+    assert cl.plan_jobs_cut(cl.follow_plan([m(0, 4), m(1, 3, 'exited')], ['start'])) == 0
 
 
 def test_no_shard_no_plan():
-    assert sh.follow_plan([m(0, 9)], ['remove', 'create']) == []
+    assert cl.follow_plan([m(0, 9)], ['remove', 'create']) == []
 
 
 class _Api(object):
@@ -361,7 +362,7 @@ class _Client(object):
 
 def test_apply_plan_goes_shard_by_shard_and_reports_each():
     client = _Client(fail=('stop', P + '-shard-1'))
-    done = sh.apply_plan(client, P, [(m(1, 2), 'stop'), (m(2, 1), 'stop')])
+    done = cl.apply_plan(client, P, [(m(1, 2), 'stop'), (m(2, 1), 'stop')])
     assert [(d['name'], d['action'], d['jobs_cut'], bool(d['error'])) for d in done] == [
         (P + '-shard-1', 'stop', 2, True), (P + '-shard-2', 'stop', 1, False)]
     assert 'the daemon said no' in done[0]['error']
@@ -370,21 +371,21 @@ def test_apply_plan_goes_shard_by_shard_and_reports_each():
 
 def test_a_restarted_shard_must_come_back_healthy():
     client = _Client()
-    done = sh.apply_plan(client, P, [(m(1, 0), 'restart')], wait_timeout=1)
+    done = cl.apply_plan(client, P, [(m(1, 0), 'restart')], wait_timeout=1)
     assert done[0]['error'] is None
     assert [c[0] for c in client.api.calls] == ['restart', 'inspect_container']
 
 
 def test_shard_consent_counts_each_shard():
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
-    plan = sh.follow_plan([m(0, 0), m(1, 2), m(2, 0), m(3, 1)], ['restart'])
+    plan = cl.follow_plan([m(0, 0), m(1, 2), m(2, 0), m(3, 1)], ['restart'])
     refusal = _proxy.shard_consent_refusal(plan, allow_cut_jobs=False)
     assert refusal.startswith('Refused, nothing changed: following the proxy, ')
     assert P + '-shard-1 (restart)' in refusal and P + '-shard-3 (restart)' in refusal
     assert P + '-shard-2' not in refusal          # no job on it: nothing to consent to
     assert 'would cut 3 jobs' in refusal
     assert _proxy.shard_consent_refusal(plan, allow_cut_jobs=True) is None
-    assert _proxy.shard_consent_refusal(sh.follow_plan([m(0, 5), m(1, 0)], ['restart']), False) is None
+    assert _proxy.shard_consent_refusal(cl.follow_plan([m(0, 5), m(1, 0)], ['restart']), False) is None
 
 
 # ---------------------------------------------------------------- create and teardown on a fake daemon
@@ -650,8 +651,8 @@ def test_create_again_keeps_the_network_from_the_daemons_refusal():
 def test_each_shard_writes_the_decision_log_under_its_own_name():
     attrs = dict(PROXY_ATTRS, Config=dict(PROXY_ATTRS['Config'], Env=[
         'PATH=/usr/bin', 'PI_EGRESS_DECISION_LOG_NAME=%s' % P, 'PI_EGRESS_DECISION_LOG_KEEP=5']))
-    spec = sh.clone_spec(attrs, P, 3)
+    spec = cl.clone_spec(attrs, P, 3)
     assert spec['environment'] == ['PATH=/usr/bin', 'PI_EGRESS_DECISION_LOG_NAME=%s-shard-3' % P,
                                    'PI_EGRESS_DECISION_LOG_KEEP=5']
     assert attrs['Config']['Env'][1] == 'PI_EGRESS_DECISION_LOG_NAME=%s' % P   # the proxy's is not touched
-    assert sh.clone_spec(PROXY_ATTRS, P, 1)['environment'] == ['PATH=/usr/bin']  # an older proxy has none
+    assert cl.clone_spec(PROXY_ATTRS, P, 1)['environment'] == ['PATH=/usr/bin']  # an older proxy has none
