@@ -81,6 +81,12 @@ def _install_get_pip_standin() -> None:
             print("pip bootstrap for ansible-test: %s (stand-in, see tests/sanity/get_pip_standin.py)" % cached)
 
 
+def _drop_test_tmp() -> None:
+    """ansible-test's tests/output/.tmp in the copy (pylint's leftovers): antsibull-nox copies
+    tests/output back into the checkout after the run, and fails on what vanishes meanwhile."""
+    shutil.rmtree(Path("tests", "output", ".tmp"), ignore_errors=True)
+
+
 def _core_packages(core: str, *extra: object) -> list[object]:
     return ["ansible-core==%s.*" % core, *extra]
 
@@ -96,6 +102,7 @@ def add_sanity(core: str) -> None:
         ansible_core_source="pypi",
         register_name="sanity",
         callback_before=_install_get_pip_standin,
+        callback_after=_drop_test_tmp,
     )
 
 
