@@ -251,7 +251,7 @@ def test_stuck_probe_keeps_the_network(egress_env):
     try:
         doc = _doctor.Doctor(_StuckClient(client, probe), _doctor.DoctorOptions(
             egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={}))
-        lines = [line for line in doc.sweep() if net in line.message]
+        lines = [line for line in doc.checks['sweep'].lines(doc.ctx) if net in line.message]
         assert [(line.id, line.status) for line in lines] == [('leftovers.kept', 'warn')], lines
         assert 'docker rm -f %s' % probe in lines[0].message
         client.api.inspect_network(net)  # kept
@@ -259,7 +259,8 @@ def test_stuck_probe_keeps_the_network(egress_env):
         # Once the probe goes, the next run sweeps the network.
         _remove_container(client, probe)
         options = _doctor.DoctorOptions(egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image, environ={})
-        lines = [line for line in _doctor.Doctor(client, options).sweep() if net in line.message]
+        doc = _doctor.Doctor(client, options)
+        lines = [line for line in doc.checks['sweep'].lines(doc.ctx) if net in line.message]
         assert [line.id for line in lines] == ['leftovers.removed'], lines
         with pytest.raises(docker.errors.NotFound):
             client.api.inspect_network(net)
@@ -371,7 +372,7 @@ def test_isolation_check_catches_peers_on_one_network(egress_env, monkeypatch):
     monkeypatch.setattr(_jobnet_lifecycle, 'create_job_network', shared)
     doc = _doctor.Doctor(client, _doctor.DoctorOptions(egress_env.proxy, egress_env.deploy_dir, egress_env.tools_image,
                                                        environ={}, start_grace=20))
-    lines = doc.isolation()
+    lines = doc.checks['isolation'].lines(doc.ctx)
     assert [(line.id, line.status) for line in lines][:1] == [('isolation.leaks', 'fail')], lines
     assert "reached pi-dispatch-egress-probe-peer-b-" in lines[0].message
     assert lines[0].fix

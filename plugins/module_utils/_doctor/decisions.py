@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import List
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     ISOLATION_NET_PREFIX, NETWORK_PREFIX)
@@ -69,3 +71,10 @@ def decisions_line(folder, now=None, window=WINDOW, top=TOP):
                 % (len(refused), span, _counts(summary['refused_hosts']), _counts(summary['refused_jobs']), reasons),
                 fix='%s shows each one; a host a job needs goes into egress-allowlist.conf (replayed before it '
                     'applies: site.yml --check --diff)%s' % (READ_FIX, unreadable))
+
+
+class DecisionsCheck(Check):
+    """The decision log line for the folder in ``ctx.decision_log_dir``."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        return [decisions_line(ctx.decision_log_dir)]

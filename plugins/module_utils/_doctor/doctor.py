@@ -3,23 +3,27 @@
 # Apache License 2.0 (see LICENSE)
 """The doctor: its options, the run that puts every check together, and the report.
 
-:class:`Doctor` makes the daemon calls (Docker SDK) through one mixin per
-concern and assembles their lines in report order; the pieces are unit-tested
-without a daemon:
+:class:`Doctor` is a composer: it builds one :class:`_doctor.context.DoctorContext`
+(the daemon client, the options, the pid, and the facts checks hand on) and
+runs the checks, each a :class:`_doctor.context.Check` with one method,
+``lines(ctx)``, in report order:
 
-* ``_doctor_lines``: the line catalogue (:data:`LINES`, one row per id, which
-  ``docs/doctor.md`` is checked against) and the :class:`Line` model;
-* ``_doctor_names``: the names of the doctor's own objects and the pid in them;
-* ``_doctor_proxy`` and ``_doctor_squid``: the proxy, its rules, guard, mounts
-  and include, and its squid package against the mirror;
-* ``_doctor_probes``: the probe containers (the canary's three probes and three
-  per declared model endpoint) and their verdicts;
-* ``_doctor_shards``: the proxy's shards: the family lines, and the same probes
-  through every running shard;
-* ``_doctor_isolation``: two peers on two job networks;
-* ``_doctor_overlay``: the overlay models.json and the allowlist (files only);
-* ``_doctor_sweep``: what killed earlier runs left behind;
-* ``_doctor_firewall``: the host firewall layer.
+* ``canary.ProbeImageCheck``: the image the probes run;
+* ``proxy.ProxyCheck`` (the container; leaves its inspect in ``ctx.attrs``),
+  ``shards.ShardsCheck`` (the family; ``ctx.family``), ``proxy.RulesCheck``;
+* ``sweep.SweepCheck``: what killed earlier runs left behind (run now,
+  reported last);
+* for a running proxy: ``proxy.GuardCheck``, ``proxy.IncludeCheck`` and
+  ``squid.SquidCheck`` (in the background while the canary runs);
+* ``canary.CanaryCheck``: the probes (``probes.py``, ``tls.py``) through the
+  proxy and every running shard, with ``isolation.IsolationCheck`` beside them
+  (its lines in ``ctx.isolation_lines``);
+* ``overlay.OverlayCheck``, ``decisions.DecisionsCheck``, the isolation lines,
+  ``firewall.FirewallCheck``, then the sweep's lines.
+
+The line catalogue is ``lines.py`` (:data:`LINES`, which ``docs/doctor.md`` is
+checked against); the names of the doctor's objects are ``names.py``; the
+probe containers are run by ``containers.py``.
 
 The canary's own objects are ``pi-dispatch-egress-doctor-<pid>`` (an
 ``--internal`` network with the proxy attached), one
@@ -34,31 +38,25 @@ run finds was left by a killed run (the sweep).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from typing import Any
+from typing import Any, Dict, List, Optional
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import firewall as _doctor_firewall
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import jobpool as _jobpool
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import parse_pool
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.decisions import decisions_line
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import (
-    ISOLATION_CONNECT_TIMEOUT, IsolationMixin)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.canary import CanaryCheck, ProbeImageCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.decisions import DecisionsCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.firewall import FirewallCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import IsolationCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import GROUPS, STATUSES, SYMBOLS, Line
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
-    LABEL, NETWORK_PREFIX, endpoint_probe_name, network_name)
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.overlay import OverlayMixin
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import (
-    ENDPOINT_PROBE_LABELS, ENDPOINT_PROBES, PROBES, ProbesMixin, endpoint_notrun_line, notrun_line)
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.proxy import ProxyMixin, proxy_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.overlay import OverlayCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.proxy import (
+    GuardCheck, IncludeCheck, ProxyCheck, RulesCheck)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.shards import ShardsCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.squid import (
-    SQUID_CANDIDATE_TIMEOUT, SquidMixin)
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.shards import (
-    ShardsMixin, probed_shards, shard_notrun_lines, shards_serving_line)
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.sweep import SweepMixin
+    SQUID_CANDIDATE_TIMEOUT, SquidCheck, squid_unfinished_line)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.sweep import SweepCheck
 
 DEFAULT_PROVIDER_HOST = 'api.anthropic.com'
 DEFAULT_DENY_HOST = 'example.com'
@@ -112,7 +110,7 @@ class DoctorOptions(object):
     (default: ``os.environ``) is read for DOCKER_HOST. ``isolation``,
     ``squid_candidate`` and ``sweep`` switch off the isolation check, the
     mirror check and the sweep of earlier runs' leftovers; ``firewall`` is
-    ``_doctor_firewall``'s options dict (None: its defaults). ``fallback_probe_image``: the image the
+    ``firewall.py``'s options dict (None: its defaults). ``fallback_probe_image``: the image the
     probes run when ``probe_image`` is not on the daemon (the collection's own probe image, built
     locally by the doctor role), said in the ``canary.probe_image`` line.
     """
@@ -147,222 +145,78 @@ class DoctorOptions(object):
         self.firewall = firewall
 
 
-# --- the daemon side -------------------------------------------------------------------------------
+# --- the run ---------------------------------------------------------------------------------------
 
-class Doctor(ProxyMixin, ShardsMixin, SquidMixin, ProbesMixin, IsolationMixin, OverlayMixin, SweepMixin):
-    """Runs the sweep, the proxy checks, the canary and the rest against a daemon; collects lines and actions."""
+def default_checks() -> Dict[str, Check]:
+    """name -> check, every group of the doctor's checks (the canary runs the isolation check)."""
+    isolation = IsolationCheck()
+    return dict(probe_image=ProbeImageCheck(), proxy=ProxyCheck(), shards=ShardsCheck(), rules=RulesCheck(),
+                sweep=SweepCheck(), guard=GuardCheck(), include=IncludeCheck(), squid=SquidCheck(),
+                canary=CanaryCheck(isolation), isolation=isolation, overlay=OverlayCheck(),
+                decisions=DecisionsCheck(), firewall=FirewallCheck())
 
-    def __init__(self, client, options):
-        self.client = client
-        self.proxy = options.proxy
-        self.deploy_dir = options.deploy_dir
-        self.probe_image = options.probe_image
-        self.fallback_probe_image = options.fallback_probe_image
-        self.provider_host = options.provider_host
-        self.deny_host = options.deny_host
-        self.listed_host = options.listed_host or options.provider_host
-        self.probe_timeout = int(options.probe_timeout)
-        self.start_grace = int(options.start_grace)
-        self.docker_host = options.docker_host
-        self.check_mode = options.check_mode
-        self.pid = os.getpid() if options.pid is None else int(options.pid)
-        self.environ = os.environ if options.environ is None else options.environ
-        self.endpoint_timeout = int(options.endpoint_timeout)
-        self.models_json = options.models_json or None
-        self.isolation_enabled = bool(options.isolation)
-        self.job_pool = options.job_pool
-        self.job_prefix = int(options.job_prefix)
-        self.squid_candidate = bool(options.squid_candidate)
-        self.sweep_enabled = bool(options.sweep)
-        self.firewall = options.firewall
-        self.decision_log_dir = options.decision_log_dir or os.path.join(options.deploy_dir or '',
-                                                                         _decisions.DEFAULT_FOLDER)
-        self.actions = []
-        self.timings = {}
-        self._launched = []
-        self._lock = threading.Lock()
-        self._endpoints = None   # the declared endpoints, once loaded
-        self._endpoints_error = None
 
-    # --- canary --------------------------------------------------------------------------------
-    def canary(self, shards=(), through_proxy=True):
-        """Create the throwaway networks, run every probe concurrently, tear down (always).
+class _Background(object):
+    """One check's ``lines(ctx)`` in a daemon thread; ``join`` gives its lines (none if it did not finish)."""
 
-        The probes run through the proxy on ``pi-dispatch-egress-doctor-<pid>`` and, for each
-        running shard in ``shards`` (``_shards.Member``), on ``...-shard-<n>`` with that shard
-        attached under the proxy's name. ``through_proxy`` False (the proxy is down while shards
-        still serve their jobs): only the shards' lanes run, and the proxy's own probes and the
-        isolation check are said not to have run. Returns (canary lines, endpoint lines, isolation
-        lines).
-        """
-        net = network_name(self.pid)
-        jobs = self._endpoint_jobs()
-        shards = probed_shards(shards)
-        proxy_down = 'the proxy is not running'
+    def __init__(self, check: Check, ctx: DoctorContext):
+        self._out: List[Line] = []
+        self._thread = threading.Thread(target=lambda: self._out.extend(check.lines(ctx)))
+        self._thread.daemon = True
+        self._thread.start()
 
-        def unprobed(why):
-            return [endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why)
-                    for _key, endpoint, kind, _url, _t in jobs]
+    def join(self, timeout: float) -> List[Line]:
+        self._thread.join(timeout)
+        return list(self._out)
 
-        def not_set_up(why, fix=None):
-            canary, endpoint_lines = shard_notrun_lines(shards, [(e, kind) for _k, e, kind, _u, _t in jobs], why)
-            return ([Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % why,
-                          fix=fix)] + canary, unprobed(why) + endpoint_lines, self._isolation_skipped(why))
 
-        try:
-            if dc.get_image(self.client, self.probe_image) is None:
-                return not_set_up('the probe image %s is not on this daemon' % self.probe_image,
-                                  fix='build the probe image like a job image (it needs sh and curl) and set '
-                                      'doctor_probe_image')
-        except dc.EngineError as exc:
-            return not_set_up(str(exc))
-        results = {}
-        lines, endpoint_lines, isolation_lines = [], [], []
-        created = False
-        base_ok = True
-        iso_thread = None
-        iso_out = []
-        lanes = []
-        try:
-            if self.isolation_enabled and through_proxy:
-                iso_thread = threading.Thread(target=lambda: iso_out.extend(self.isolation()))
-                iso_thread.daemon = True
-                iso_thread.start()
-            lanes, join_lanes = self.setup_lanes(shards)
-            try:
-                if not through_proxy:
-                    base_ok = False
-                    lines.extend(notrun_line(probe, proxy_down) for probe in PROBES)
-                    endpoint_lines = unprobed(proxy_down)
-                else:
-                    self.client.api.create_network(net, driver='bridge', internal=True,
-                                                   labels={LABEL: str(self.pid)})
-                    created = True
-                    self.client.api.connect_container_to_network(self.proxy, net)
-            except Exception as exc:
-                why = '%s %s: %s' % ('attaching the proxy to' if created else 'creating', net, dc.api_message(exc))
-                lines.append(Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no '
-                                                            'probe ran' % why,
-                                  fix='docker network ls --filter name=%s; docker inspect %s'
-                                      % (NETWORK_PREFIX, self.proxy)))
-                endpoint_lines = unprobed(why)
-                base_ok = False
-            join_lanes()
-            threads = []
-            for probe, url in (sorted(self._targets().items()) if base_ok else ()):
-                threads.append(threading.Thread(target=self._run_probe, args=(probe, url, net, results),
-                                                kwargs=self._probe_options(probe)))
-            for key, endpoint, kind, url, tunnel in (jobs if base_ok else ()):
-                if url is None:
-                    continue
-                name = endpoint_probe_name(kind, endpoint.id, self.pid)
-                threads.append(threading.Thread(target=self._run_probe, args=(key, url, net, results),
-                                                kwargs=dict(timeout=self.endpoint_timeout, tunnel=tunnel,
-                                                            name=name)))
-            for lane in lanes:
-                if lane.ready:
-                    threads.extend(self.lane_threads(lane, jobs, results))
-            for thread in threads:
-                thread.daemon = True
-                thread.start()
-            longest = max([self.probe_timeout] + ([self.endpoint_timeout] if jobs and (base_ok or lanes) else []))
-            deadline = time.monotonic() + longest + self.start_grace + 15
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            if base_ok:
-                lines.extend(self._classify(results))
-                endpoint_lines = self._classify_endpoints(jobs, results)
-            for lane in lanes:
-                lane_canary, lane_endpoints = self.lane_lines(lane, jobs, results)
-                lines.extend(lane_canary)
-                endpoint_lines.extend(lane_endpoints)
-        finally:
-            if iso_thread is not None:
-                iso_thread.join(ISOLATION_CONNECT_TIMEOUT * 2 + self.start_grace + 60)
-                isolation_lines = list(iso_out) or [Line('isolation.notrun', 'notrun',
-                                                         'Job-to-job isolation was not checked (it did not finish)')]
-            elif not self.isolation_enabled:
-                isolation_lines = self._isolation_skipped('doctor_isolation is false')
-            else:
-                isolation_lines = self._isolation_skipped(proxy_down)
-            lines.extend(self.teardown(net, created, [(lane.net, lane.name) for lane in lanes]))
-        return lines, endpoint_lines, isolation_lines
+class Doctor(object):
+    """Runs the sweep, the proxy checks, the canary and the rest against a daemon; collects lines and actions.
 
-    # --- everything ------------------------------------------------------------------------------
-    def choose_probe_image(self):
-        """Run the probes from the fallback image when the probe image is missing and it is there.
+    ``checks`` (default :func:`default_checks`) may replace a group with another :class:`Check`.
+    """
 
-        Returns the ``canary.probe_image`` line that says so, or None (the probe image is there, or
-        neither is: the canary then says the probe image is missing, as before).
-        """
-        if not self.fallback_probe_image or self.fallback_probe_image == self.probe_image:
-            return None
-        if dc.get_image(self.client, self.probe_image) is not None:
-            return None
-        if dc.get_image(self.client, self.fallback_probe_image) is None:
-            return None
-        wanted, self.probe_image = self.probe_image, self.fallback_probe_image
-        return Line('canary.probe_image', 'ok',
-                    "Egress canary probes ran from %s, the collection's probe image, because %s is not on this "
-                    "daemon: they prove the proxy, not the job image's own client stack" % (self.probe_image, wanted),
-                    fix='build the job image (or set doctor_probe_image to it) to prove its clients too')
+    def __init__(self, client: Any, options: DoctorOptions, checks: Optional[Dict[str, Check]] = None):
+        self.ctx = DoctorContext.build(client, options)
+        self.checks = default_checks() if checks is None else checks
 
-    def run(self):
+    @property
+    def actions(self) -> List[str]:
+        return self.ctx.actions
+
+    @property
+    def timings(self) -> Dict[str, float]:
+        return self.ctx.timings
+
+    @property
+    def pid(self) -> int:
+        return self.ctx.pid
+
+    def run(self) -> List[Line]:
+        """Every check in report order; the lines of the whole report."""
+        ctx, checks = self.ctx, self.checks
         started = time.monotonic()
         lines = []
-        try:
-            image_line = self.choose_probe_image()
-        except dc.EngineError:
-            image_line = None  # the canary reads the image again and says what failed
-        if image_line is not None:
-            lines.append(image_line)
-        attrs = self.proxy_attrs()
-        lines.extend(proxy_lines(self.proxy, attrs))
-        family, family_out = self.proxy_family()
-        lines.extend(family_out)  # nothing without shards
-        lines.append(self.rules_line())
-        leftovers = self.sweep() if self.sweep_enabled else []
-        running = attrs is not None and (attrs.get('State') or {}).get('Running') and \
-            not (attrs.get('State') or {}).get('Paused')
-        self.load_endpoints()
-        if running:
-            squid_out = []
-            squid_thread = threading.Thread(target=lambda: squid_out.extend(self.squid_lines(attrs)))
-            squid_thread.daemon = True
-            squid_thread.start()
-            lines.extend(self.guard_lines(attrs))
-            lines.extend(self.include_lines(attrs))
-            canary, endpoint_lines, isolation_lines = self.canary(family)
-            squid_thread.join(SQUID_CANDIDATE_TIMEOUT + self.start_grace + 30)
-            lines.extend(squid_out or [Line('proxy.squid_unread', 'warn',
-                                            'Egress proxy squid: the package version inside %s could not be read '
-                                            '(the check did not finish)' % self.proxy,
-                                            fix='docker exec %s dpkg-query -W squid-common' % self.proxy)])
+        for name in ('probe_image', 'proxy', 'shards', 'rules'):
+            lines.extend(checks[name].lines(ctx))
+        leftovers = checks['sweep'].lines(ctx)  # swept before this run makes anything; reported last
+        ctx.declared_endpoints()  # read once, for the guard, the canary and the overlay
+        if ctx.proxy_running:
+            squid = _Background(checks['squid'], ctx)
+            lines.extend(checks['guard'].lines(ctx))
+            lines.extend(checks['include'].lines(ctx))
+            canary = checks['canary'].lines(ctx)
+            lines.extend(squid.join(SQUID_CANDIDATE_TIMEOUT + ctx.start_grace + 30) or
+                         [squid_unfinished_line(ctx.proxy)])
             lines.extend(canary)
-            lines.extend(endpoint_lines)
-        elif probed_shards(family):
-            # The proxy is down, its shards are not: their jobs still have egress, so the checks that
-            # prove the policy run through them (new jobs are refused until the proxy runs again).
-            lines.append(shards_serving_line(self.proxy, probed_shards(family)))
-            canary, endpoint_lines, isolation_lines = self.canary(family, through_proxy=False)
-            lines.extend(canary)
-            lines.extend(endpoint_lines)
         else:
-            why = 'the proxy is not running'
-            probed = [(endpoint, kind) for endpoint in sorted(self._endpoints or [], key=lambda e: e.id)
-                      for kind in ENDPOINT_PROBES]
-            shard_canary, shard_endpoints = shard_notrun_lines(probed_shards(family), probed, why)
-            lines.extend(notrun_line(probe, why) for probe in PROBES)
-            lines.extend(shard_canary)
-            lines.extend(endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why) for endpoint, kind in probed)
-            lines.extend(shard_endpoints)
-            isolation_lines = self._isolation_skipped('the proxy is not running')
-        lines.extend(self.overlay())
-        lines.append(decisions_line(self.decision_log_dir))
-        lines.extend(isolation_lines)
-        lines.extend(_doctor_firewall.lines_for(self, self.firewall))
+            lines.extend(checks['canary'].lines(ctx))  # through the shards that still serve, or not run
+        lines.extend(checks['overlay'].lines(ctx))
+        lines.extend(checks['decisions'].lines(ctx))
+        lines.extend(ctx.isolation_lines)  # the canary ran the isolation check
+        lines.extend(checks['firewall'].lines(ctx))
         lines.extend(leftovers)
-        self.timings['total'] = time.monotonic() - started
+        ctx.timings['total'] = time.monotonic() - started
         return lines
 
 

@@ -28,6 +28,7 @@ import re
 import socket
 import threading
 import time
+from typing import List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _fw_host
@@ -37,6 +38,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall impor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import names as _jobnet_names
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import pool as _jobnet_pool
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_container
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     LABEL, daemon_locality, pid_alive, probe_name)
@@ -143,10 +146,10 @@ def presence_line(states, prefix, families):
 
 
 class FirewallDoctor(object):
-    """The daemon and host side; ``doctor`` is the running :class:`_doctor.Doctor`."""
+    """The daemon and host side, over the run's context ``ctx``; ``options``: the firewall options dict."""
 
-    def __init__(self, doctor, options=None, runner=None):
-        self.doctor = doctor
+    def __init__(self, ctx: DoctorContext, options: Optional[dict] = None, runner=None):
+        self.ctx = ctx
         self.options = dict(DEFAULTS, **(options or {}))
         self.prefix = self.options['chain_prefix']
         self.runner = runner or _fw_host.Runner()
@@ -155,7 +158,7 @@ class FirewallDoctor(object):
         return Line(line_id, status, message, fix=fix)
 
     def local(self):
-        return daemon_locality(self.doctor.docker_host, self.doctor.environ)[0]
+        return daemon_locality(self.ctx.docker_host, self.ctx.environ)[0]
 
     def run(self):
         if not self.options['enabled']:
@@ -175,7 +178,7 @@ class FirewallDoctor(object):
     def presence(self):
         try:
             _fw_params.validate_prefix(self.prefix)
-            networks = self.doctor.client.api.networks()
+            networks = self.ctx.client.api.networks()
         except _fw_params.FirewallError as exc:
             return self._line('firewall.unchecked', 'notrun', 'Host firewall layer could not be checked (%s)'
                               % exc), False
@@ -206,7 +209,7 @@ class FirewallDoctor(object):
                                             'version of egress_firewall' % self.prefix])
                 continue
             try:
-                ports = _fw_params.endpoint_ports(self.doctor.deploy_dir) if params['endpoints'] else []
+                ports = _fw_params.endpoint_ports(self.ctx.deploy_dir) if params['endpoints'] else []
                 ruleset, _notes = _fw_rules.compute(networks, family, table, self.prefix, params['pool'],
                                                     params['networks'], params['upstream'], params['ports'], ports,
                                                     params['endpoints'], params['created_table'])
@@ -220,15 +223,15 @@ class FirewallDoctor(object):
 
     # --- the probe -------------------------------------------------------------------------------
     def probe(self, installed):
-        doctor = self.doctor
-        client = doctor.client
-        name = probe_network_name(doctor.pid)
-        probe = probe_name('firewall', doctor.pid)
+        ctx = self.ctx
+        client = ctx.client
+        name = probe_network_name(ctx.pid)
+        probe = probe_name('firewall', ctx.pid)
         timeout = int(self.options['probe_timeout'])
         try:
-            if dc.get_image(client, doctor.probe_image) is None:
+            if dc.get_image(client, ctx.probe_image) is None:
                 return self._line('firewall.probe_notrun', 'notrun', 'Job network gateway probe did not run (the '
-                                  'probe image %s is not on this daemon)' % doctor.probe_image)
+                                  'probe image %s is not on this daemon)' % ctx.probe_image)
         except dc.EngineError as exc:
             return self._line('firewall.probe_notrun', 'notrun', 'Job network gateway probe did not run (%s)' % exc)
         listener = None
@@ -248,8 +251,8 @@ class FirewallDoctor(object):
                                   '(listening on %s: %s)' % (gateway, exc))
             target = '%s:%d' % (gateway, listener.port)
             results = {}
-            doctor._run_container('firewall', probe, probe_script('http://%s/' % target, timeout), name, results,
-                                  timeout + 2 + doctor.start_grace)
+            run_container(ctx, 'firewall', probe, probe_script('http://%s/' % target, timeout), name, results,
+                          timeout + 2 + ctx.start_grace)
             text, why = results.get('firewall', (None, 'it did not finish'))
             listener.stop()
             result = parse_probe(text) if text is not None else None
@@ -267,21 +270,21 @@ class FirewallDoctor(object):
     def _create_network(self, name):
         """Create the probe's job network from the pool (a few tries when another creator wins a subnet)."""
         from docker.types import IPAMConfig, IPAMPool
-        doctor = self.doctor
-        labels = _jobnet_names.job_labels(probe_job_id(doctor.pid))
-        labels[LABEL] = str(doctor.pid)
+        ctx = self.ctx
+        labels = _jobnet_names.job_labels(probe_job_id(ctx.pid))
+        labels[LABEL] = str(ctx.pid)
         last = None
         for _attempt in range(_jobnet_lifecycle.CREATE_ATTEMPTS):
-            subnet = _jobnet_pool.plan_subnet(doctor.client, doctor.job_pool, doctor.job_prefix)
+            subnet = _jobnet_pool.plan_subnet(ctx.client, ctx.job_pool, ctx.job_prefix)
             try:
-                doctor.client.api.create_network(name, driver='bridge', internal=True, labels=labels,
-                                                 ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
+                ctx.client.api.create_network(name, driver='bridge', internal=True, labels=labels,
+                                              ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
             except Exception as exc:
                 last = exc
                 if 'overlap' in dc.api_message(exc).lower():
                     continue
                 raise dc.EngineError(dc.api_message(exc))
-            attrs = doctor.client.api.inspect_network(name)
+            attrs = ctx.client.api.inspect_network(name)
             for cfg in (attrs.get('IPAM') or {}).get('Config') or []:
                 if cfg.get('Gateway'):
                     return cfg['Gateway'].split('/')[0]
@@ -289,7 +292,7 @@ class FirewallDoctor(object):
         raise dc.EngineError('every subnet tried overlapped another network (%s)' % dc.api_message(last))
 
     def _teardown(self, name, probe, created):
-        client = self.doctor.client
+        client = self.ctx.client
         try:
             client.api.remove_container(probe, force=True)
         except Exception:
@@ -299,14 +302,14 @@ class FirewallDoctor(object):
                 client.api.remove_network(name)
             except Exception as exc:
                 if not dc.is_not_found(exc):
-                    self.doctor.actions.append('the firewall probe network %s could not be removed: %s'
-                                               % (name, dc.api_message(exc)))
+                    self.ctx.actions.append('the firewall probe network %s could not be removed: %s'
+                                            % (name, dc.api_message(exc)))
 
     # --- leftovers of a killed run -----------------------------------------------------------------
     def sweep(self):
-        doctor = self.doctor
+        ctx = self.ctx
         try:
-            nets = doctor.client.api.networks(filters={'name': 'pi-job-doctor-'})
+            nets = ctx.client.api.networks(filters={'name': 'pi-job-doctor-'})
         except Exception:
             return []  # the main sweep reports a listing that fails
         lines = []
@@ -315,30 +318,30 @@ class FirewallDoctor(object):
             if not match:
                 continue
             pid = int(match.group(1))
-            if pid == doctor.pid or pid_alive(pid):
+            if pid == ctx.pid or pid_alive(pid):
                 continue
             name, probe = net['Name'], probe_name('firewall', pid)
-            if doctor.check_mode:
+            if ctx.check_mode:
                 lines.append(self._line('firewall.leftover', 'warn', 'Firewall probe: %s (and %s) would be removed, '
                                         'left by an EARLIER doctor run; check mode sweeps nothing' % (name, probe),
                                         fix='run doctor without --check'))
                 continue
             try:
-                doctor.client.api.remove_container(probe, force=True)
+                ctx.client.api.remove_container(probe, force=True)
             except Exception as exc:
                 if not dc.is_not_found(exc):
                     lines.append(self._line('firewall.cleanup', 'warn', 'Firewall probe: %s could not be removed (%s)'
                                             % (probe, dc.api_message(exc)), fix='docker rm -f %s' % probe))
                     continue
             try:
-                doctor.client.api.remove_network(name)
+                ctx.client.api.remove_network(name)
             except Exception as exc:
                 if not dc.is_not_found(exc):
                     lines.append(self._line('firewall.cleanup', 'warn', 'Firewall probe: %s could not be removed (%s)'
                                             % (name, dc.api_message(exc)),
                                             fix='docker network inspect %s, then docker network rm %s' % (name, name)))
                     continue
-            doctor.actions.append('removed leftover firewall probe network %s' % name)
+            ctx.actions.append('removed leftover firewall probe network %s' % name)
             lines.append(self._line('firewall.leftover', 'ok', 'Firewall probe: removed %s (and %s), left by an '
                                     'EARLIER doctor run' % (name, probe)))
         return lines
@@ -385,6 +388,8 @@ class Listener(object):
             pass
 
 
-def lines_for(doctor, options=None):
-    """Every firewall line for one doctor run (the hook ``_doctor.Doctor.run`` calls)."""
-    return FirewallDoctor(doctor, options).run()
+class FirewallCheck(Check):
+    """Every firewall line for one doctor run, with the options in ``ctx.firewall``."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        return FirewallDoctor(ctx, ctx.firewall).run()

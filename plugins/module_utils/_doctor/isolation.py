@@ -8,17 +8,20 @@ torn down with ``_jobnet`` like a job's), each with the proxy and one peer at a
 fixed address. Each peer, directly (no proxy), must reach the proxy and neither
 the other peer (by name or address) nor the proxy's address on the other
 network. The pure part (:func:`isolation_script`, :func:`parse_isolation_output`,
-:func:`classify_isolation`) is unit-tested; :class:`IsolationMixin` runs it.
+:func:`classify_isolation`) is unit-tested; :class:`IsolationCheck` runs it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import threading
+from typing import List
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_container
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     PEERS, daemon_locality, isolation_job_id, isolation_network_name, peer_name)
@@ -142,35 +145,39 @@ def classify_isolation(peers):
 
 # --- the daemon side -------------------------------------------------------------------------------
 
-class IsolationMixin(object):
-    """The isolation check for :class:`_doctor.Doctor` (its client, proxy, pid, job pool; probe containers)."""
+def isolation_skipped(why: str) -> List[Line]:
+    """The line of an isolation check that did not run, for ``why``."""
+    return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (%s)' % why)]
 
-    def _isolation_skipped(self, why):
-        return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (%s)' % why)]
 
-    def isolation(self):
-        """Two peers on two real job networks: each must reach the proxy and not the other."""
+class IsolationCheck(Check):
+    """Two peers on two real job networks: each must reach the proxy and not the other.
+
+    The canary runs it beside its probes (``canary.py``); its teardown is its own.
+    """
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
         made, lines = [], []
-        local = daemon_locality(self.docker_host, self.environ)[0]
+        local = daemon_locality(ctx.docker_host, ctx.environ)[0]
         try:
             nets = {}
             try:
                 for peer in PEERS:
                     nets[peer] = _jobnet_lifecycle.create_job_network(
-                        self.client, isolation_job_id(self.pid, peer), proxy_name=self.proxy, pool=self.job_pool,
-                        prefix=self.job_prefix, routes=None if local else [])
+                        ctx.client, isolation_job_id(ctx.pid, peer), proxy_name=ctx.proxy, pool=ctx.job_pool,
+                        prefix=ctx.job_prefix, routes=None if local else [])
                     made.append(peer)
                 proxy_ips = {}
                 for peer in PEERS:
                     # The member of the proxy's family that carries it: the proxy, or a shard (under the
                     # proxy's name as its alias, so the peer still dials the proxy's name).
-                    carrier = getattr(nets[peer], 'proxy', None) or self.proxy
-                    attrs = self.client.api.inspect_network(nets[peer].network)
+                    carrier = getattr(nets[peer], 'proxy', None) or ctx.proxy
+                    attrs = ctx.client.api.inspect_network(nets[peer].network)
                     ours = [c for c in (attrs.get('Containers') or {}).values() if c.get('Name') == carrier]
                     proxy_ips[peer] = (ours[0].get('IPv4Address') or '').split('/')[0] if ours else ''
                     if not proxy_ips[peer]:
                         raise dc.EngineError('the proxy has no address on %s' % nets[peer].network
-                                             if carrier == self.proxy else
+                                             if carrier == ctx.proxy else
                                              'the proxy shard %s has no address on %s' % (carrier, nets[peer].network))
             except Exception as exc:
                 return [Line('isolation.notrun', 'notrun', 'Job-to-job isolation was not checked (setting up the '
@@ -180,17 +187,17 @@ class IsolationMixin(object):
             port = _rules.PROXY_PORT
             specs = []
             for peer, other in (('a', 'b'), ('b', 'a')):
-                targets = dict(proxy='http://%s:%d/' % (self.proxy, port),
-                               peer_name='http://%s:%d/' % (peer_name(other, self.pid), port),
+                targets = dict(proxy='http://%s:%d/' % (ctx.proxy, port),
+                               peer_name='http://%s:%d/' % (peer_name(other, ctx.pid), port),
                                peer_address='http://%s:%d/' % (addresses[other], port),
                                proxy_other='http://%s:%d/' % (proxy_ips[other], port))
-                specs.append(dict(peer=peer_name(peer, self.pid), net=nets[peer].network,
-                                  other=peer_name(other, self.pid), targets=targets, address=addresses[peer],
+                specs.append(dict(peer=peer_name(peer, ctx.pid), net=nets[peer].network,
+                                  other=peer_name(other, ctx.pid), targets=targets, address=addresses[peer],
                                   key='peer-%s' % peer))
             raw = {}
-            wait = ISOLATION_CONNECT_TIMEOUT + 2 + 2 + self.start_grace
-            threads = [threading.Thread(target=self._run_container,
-                                        args=(spec['key'], spec['peer'], isolation_script(spec['targets']),
+            wait = ISOLATION_CONNECT_TIMEOUT + 2 + 2 + ctx.start_grace
+            threads = [threading.Thread(target=run_container,
+                                        args=(ctx, spec['key'], spec['peer'], isolation_script(spec['targets']),
                                               spec['net'], raw, wait),
                                         kwargs=dict(address=spec['address'])) for spec in specs]
             for thread in threads:
@@ -206,32 +213,33 @@ class IsolationMixin(object):
             lines.append(classify_isolation(specs))
             return lines
         finally:
-            lines.extend(self._isolation_teardown(made))
+            lines.extend(_teardown(ctx, made))
 
-    def _isolation_teardown(self, made):
-        """Every peer first (a peer may sit on either network), then the job networks."""
-        lines = []
-        stuck = {}
-        for peer in PEERS:
-            name = peer_name(peer, self.pid)
-            try:
-                self.client.api.remove_container(name, force=True)
-            except Exception as exc:
-                if not dc.is_not_found(exc):
-                    stuck[peer] = (name, dc.api_message(exc))
-        for peer in made:
-            net = isolation_network_name(self.pid, peer)
-            if peer in stuck:
-                name, why = stuck[peer]
-                lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down '
-                                  '(the peer %s would not go: %s)' % (net, name, why),
-                                  fix='docker rm -f %s; the next doctor run sweeps %s' % (name, net)))
-                continue
-            try:
-                _jobnet_lifecycle.teardown_job_network(self.client, isolation_job_id(self.pid, peer),
-                                                       proxy_name=self.proxy)
-            except Exception as exc:
-                lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down (%s)'
-                                  % (net, ' '.join(str(exc).split())),
-                                  fix='docker network inspect %s, then docker network rm %s' % (net, net)))
-        return lines
+
+def _teardown(ctx: DoctorContext, made: List[str]) -> List[Line]:
+    """Every peer first (a peer may sit on either network), then the job networks."""
+    lines = []
+    stuck = {}
+    for peer in PEERS:
+        name = peer_name(peer, ctx.pid)
+        try:
+            ctx.client.api.remove_container(name, force=True)
+        except Exception as exc:
+            if not dc.is_not_found(exc):
+                stuck[peer] = (name, dc.api_message(exc))
+    for peer in made:
+        net = isolation_network_name(ctx.pid, peer)
+        if peer in stuck:
+            name, why = stuck[peer]
+            lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down '
+                              '(the peer %s would not go: %s)' % (net, name, why),
+                              fix='docker rm -f %s; the next doctor run sweeps %s' % (name, net)))
+            continue
+        try:
+            _jobnet_lifecycle.teardown_job_network(ctx.client, isolation_job_id(ctx.pid, peer),
+                                                   proxy_name=ctx.proxy)
+        except Exception as exc:
+            lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down (%s)'
+                              % (net, ' '.join(str(exc).split())),
+                              fix='docker network inspect %s, then docker network rm %s' % (net, net)))
+    return lines

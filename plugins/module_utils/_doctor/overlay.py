@@ -6,16 +6,18 @@
 Files only, no daemon: the allowlist's entries that open this host or cover a
 whole public suffix, and the overlay ``models.json`` (``models_json.check``)
 against the declared model endpoints. :func:`overlay_lines` and
-:func:`public_suffix_lines` are pure; :class:`OverlayMixin` reads the files.
+:func:`public_suffix_lines` are pure; :class:`OverlayCheck` reads the files.
 """
 
 from __future__ import annotations
 
 import re
+from typing import List
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import models_json as _models_json
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line, shape
 
 
@@ -129,12 +131,11 @@ def public_suffix_lines(path, text, covered):
 
 # --- the daemon side -------------------------------------------------------------------------------
 
-class OverlayMixin(object):
-    """The overlay lines for :class:`_doctor.Doctor` (its deployment folder, models.json and endpoints)."""
+class OverlayCheck(Check):
+    """The overlay models.json and allowlist lines (files only, no daemon)."""
 
-    def overlay(self):
-        """The overlay models.json and allowlist lines (files only, no daemon)."""
-        path = _deployment.paths(self.deploy_dir)['allowlist']
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        path = _deployment.paths(ctx.deploy_dir)['allowlist']
         entries, problem = None, None
         try:
             with open(path, 'r') as handle:
@@ -152,8 +153,8 @@ class OverlayMixin(object):
         except (IOError, OSError, UnicodeDecodeError):
             pass  # the line above already says the allowlist could not be read
         text, read_problem = (None, None)
-        if self.models_json:
-            text, read_problem = _models_json.read_text(self.models_json)
-        lines = overlay_lines(self.models_json, text, read_problem, self.load_endpoints() or [], entries, problem)
+        if ctx.models_json:
+            text, read_problem = _models_json.read_text(ctx.models_json)
+        lines = overlay_lines(ctx.models_json, text, read_problem, ctx.declared_endpoints() or [], entries, problem)
         at = len([line for line in lines if line.id.startswith('overlay.allowlist')])
         return lines[:at] + suffix_lines + lines[at:]

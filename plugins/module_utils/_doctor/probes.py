@@ -1,31 +1,25 @@
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
 # Apache License 2.0 (see LICENSE)
-"""The doctor's probes: probe containers that run one bounded curl through the proxy, and their verdicts.
+"""The doctor's probes: the bounded curl a probe container runs through the proxy, and its verdicts.
 
 * the canary's five probes (:data:`PROBES`): the provider is reached, an
   unlisted host is denied, plain HTTP to a listed host on port 443 is refused,
   a tunnel to the provider carrying a TLS hello for the unlisted host is cut
-  (the TLS name check), and plain bytes in a tunnel to the provider's 443 are cut;
+  (the TLS name check), and plain bytes in a tunnel to the provider's 443 are cut
+  (those two verdicts are in ``tls.py``);
 * three probes per declared model endpoint (:data:`ENDPOINT_PROBES`): a
   CONNECT tunnel, the nearest undeclared port, a plain forward request.
 
-The pure part (:func:`probe_script`, :func:`parse_probe_output`, the
-``classify_*`` functions) is unit-tested without a daemon; :class:`ProbesMixin`
-runs the containers (for :class:`_doctor.Doctor`, which runs them all at once
-on the canary's network) and removes them with :meth:`ProbesMixin.teardown`.
+All pure and unit-tested without a daemon: :func:`probe_script`,
+:func:`parse_probe_output` and the ``classify_*`` functions. ``containers.py``
+runs the containers and ``canary.py`` runs them all at once on the canary's
+networks.
 """
 
 from __future__ import annotations
 
-import time
-
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
-    LABEL, PEERS, peer_name, probe_name, probe_shard, shard_network_name)
 
 PROBES = ('provider', 'deny', 'plain', 'sni', 'tunnel_plain')
 ENDPOINT_PROBES = ('tunnel', 'port', 'plain')
@@ -90,7 +84,8 @@ def parse_probe_output(text):
     return result if found else None
 
 
-def _no_answer(result):
+def no_answer(result):
+    """What a probe that got no answer says: curl's exit and its error."""
     return 'no answer (curl exit %s%s)' % (result.get('rc'), ': ' + result['error'] if result.get('error') else '')
 
 
@@ -107,9 +102,9 @@ def classify_provider(provider, result, why_not=None):
                                                             ' (it let the tunnel through and nothing answered)'
                                                             if connect == 503 else '')
     elif connect == 200:
-        what = 'the tunnel opened but the provider did not answer (%s)' % _no_answer(result)
+        what = 'the tunnel opened but the provider did not answer (%s)' % no_answer(result)
     else:
-        return notrun_line('provider', 'the proxy gave no answer: %s' % _no_answer(result))
+        return notrun_line('provider', 'the proxy gave no answer: %s' % no_answer(result))
     return Line('canary.provider_unreached', 'warn', 'Egress policy does not reach the provider (%s: %s)'
                 % (provider, what),
                 fix='list %s in egress-allowlist.conf, then reload the proxy (ansible-playbook '
@@ -129,7 +124,7 @@ def classify_deny(deny, result, why_not=None):
     elif connect:
         what = 'the proxy answered the tunnel with %d, so it tried to connect' % connect
     else:
-        return notrun_line('deny', 'the proxy gave no answer: %s' % _no_answer(result))
+        return notrun_line('deny', 'the proxy gave no answer: %s' % no_answer(result))
     return Line('canary.deny_leaks', 'fail', 'Egress policy lets an unlisted host through (%s: %s)' % (deny, what),
                 fix='remove %s (or the rule that admits it) from the proxy rules or the allowlist, then restart '
                     'the proxy (ansible-playbook pi_dispatch.egress.site -e egress_proxy_state=restarted)' % deny)
@@ -144,7 +139,7 @@ def classify_plain(listed, result, why_not=None):
                     "Egress policy refuses plain HTTP to a listed host off port 80 (%s:443 without a tunnel got "
                     "squid's 403 %s; only a CONNECT reaches 443)" % (listed, error.split()[0]))
     if not code:
-        return notrun_line('plain', 'the proxy gave no answer: %s' % _no_answer(result))
+        return notrun_line('plain', 'the proxy gave no answer: %s' % no_answer(result))
     detail = ' X-Squid-Error: %s' % error if error else ' from upstream'
     what = 'GET http://%s:443/ without a tunnel got %d%s' % (listed, code, detail)
     return Line('canary.plain_leaks', 'fail', 'Egress policy lets plain HTTP through to %s on port 443 (%s)'
@@ -152,53 +147,6 @@ def classify_plain(listed, result, why_not=None):
                 fix='refresh deploy/egress-proxy.conf to the packaged rules (they allow a plain request only to '
                     'port 80), then restart the proxy (ansible-playbook pi_dispatch.egress.site '
                     '-e egress_proxy_state=restarted)')
-
-
-def _tls_check_verdict(result, why_not, probe):
-    """(connect, code) when the probe's tunnel opened, else the notrun Line to return instead."""
-    if result is None:
-        return notrun_line(probe, why_not or 'the probe printed no result')
-    connect = result['connect']
-    if connect == 403:
-        return notrun_line(probe, 'the proxy refused the tunnel to the provider (403), so there was no tunnel to '
-                                  'check; list the provider (see canary.provider)')
-    if connect != 200:
-        return notrun_line(probe, 'the tunnel to the provider did not open: %s' % (
-            'the proxy answered %d' % connect if connect else _no_answer(result)))
-    return None
-
-
-_TLS_CHECK_FIX = ('refresh the proxy to rules version 3 and its image (ansible-playbook pi_dispatch.egress.upgrade '
-                  '-e egress_upgrade_refresh_rules=true; docs/rules.md, "The TLS name check")')
-
-
-def classify_sni(provider, deny, result, why_not=None):
-    """A tunnel to the provider's 443 whose TLS hello names the unlisted host: cut, or domain fronting works."""
-    notrun = _tls_check_verdict(result, why_not, 'sni')
-    if notrun is not None:
-        return notrun
-    if not result['code']:
-        return Line('canary.sni', 'ok',
-                    'Egress policy cuts a tunnel whose TLS name is not its CONNECT host (CONNECT %s:443 carrying a '
-                    'hello for %s: the TLS name check cut it, nothing was answered)' % (provider, deny))
-    return Line('canary.sni_leaks', 'fail',
-                'Egress policy lets a listed host\'s tunnel carry TLS for another name (CONNECT %s:443 with the '
-                'hello for %s got HTTP %d: domain fronting passes)' % (provider, deny, result['code']),
-                fix=_TLS_CHECK_FIX)
-
-
-def classify_tunnel_plain(provider, result, why_not=None):
-    """Plain HTTP bytes in a tunnel to the provider's 443: cut, or any protocol passes there."""
-    notrun = _tls_check_verdict(result, why_not, 'tunnel_plain')
-    if notrun is not None:
-        return notrun
-    if not result['code']:
-        return Line('canary.tunnel_plain', 'ok',
-                    'Egress policy cuts plain bytes in a tunnel to 443 (a plain GET inside CONNECT %s:443: the TLS '
-                    'name check cut it, nothing was answered)' % provider)
-    return Line('canary.tunnel_plain_leaks', 'fail',
-                'Egress policy lets plain bytes through a tunnel to 443 (a plain GET inside CONNECT %s:443 got HTTP '
-                '%d: any protocol passes on 443)' % (provider, result['code']), fix=_TLS_CHECK_FIX)
 
 
 def notrun_line(probe, why):
@@ -265,7 +213,7 @@ def classify_endpoint_tunnel(endpoint, result, timeout, why_not=None):
         else:
             what = ('the tunnel opened and the server closed the plain request (%s); a TLS server does that, '
                     'and a model server behind https:// is not what the overlay\'s http:// baseUrl reaches'
-                    % _no_answer(result))
+                    % no_answer(result))
         fix = 'check the server at %s (its logs, its load)' % endpoint.address
     elif connect == 503:
         what = ('the proxy answered 503: it let the tunnel through and nothing answered, so the server is down or '
@@ -279,7 +227,7 @@ def classify_endpoint_tunnel(endpoint, result, timeout, why_not=None):
         what = 'the proxy answered %d' % connect
         fix = 'docker logs --tail 50 <proxy>'
     else:
-        return endpoint_notrun_line(endpoint, 'tunnel', 'the proxy gave no answer: %s' % _no_answer(result))
+        return endpoint_notrun_line(endpoint, 'tunnel', 'the proxy gave no answer: %s' % no_answer(result))
     return Line('endpoint.tunnel_fails', 'warn', 'Model endpoint %s does not answer through the proxy (%s: %s)'
                 % (endpoint.id, head, what), fix=fix)
 
@@ -302,7 +250,7 @@ def classify_endpoint_port(endpoint, url, result, why_not=None):
     elif connect:
         what = 'got %d from the proxy' % connect
     else:
-        return endpoint_notrun_line(endpoint, 'port-exact', 'the proxy gave no answer: %s' % _no_answer(result))
+        return endpoint_notrun_line(endpoint, 'port-exact', 'the proxy gave no answer: %s' % no_answer(result))
     return Line('endpoint.port_leaks', 'warn',
                 "Model endpoint %s's rule is not port-exact (a CONNECT to %s, a port nobody declared, %s): the "
                 "rules allow more than you declared" % (endpoint.id, target, what), fix=_endpoint_fix())
@@ -317,7 +265,7 @@ def classify_endpoint_plain(endpoint, result, why_not=None):
         return Line('endpoint.plain', 'ok', "Model endpoint %s admits no plain forward request (%s got the proxy's "
                     "403 %s)" % (endpoint.id, head, error.split()[0]))
     if not code:
-        return endpoint_notrun_line(endpoint, 'plain-request', 'the proxy gave no answer: %s' % _no_answer(result))
+        return endpoint_notrun_line(endpoint, 'plain-request', 'the proxy gave no answer: %s' % no_answer(result))
     what = 'got %d%s' % (code, ' X-Squid-Error: %s' % error if error else ' from the server')
     return Line('endpoint.plain_leaks', 'warn', 'Model endpoint %s admits a plain forward request (%s %s): the '
                 'rules allow more than a tunnel' % (endpoint.id, head, what), fix=_endpoint_fix())
@@ -326,177 +274,3 @@ def classify_endpoint_plain(endpoint, result, why_not=None):
 def endpoint_notrun_line(endpoint, probe, why):
     return Line('endpoint.notrun', 'notrun', 'Model endpoint %s: the %s probe did not run (%s)'
                 % (endpoint.id, probe, why))
-
-
-# --- the daemon side -------------------------------------------------------------------------------
-
-class ProbesMixin(object):
-    """Probe containers for :class:`_doctor.Doctor` (its client, proxy, probe image, timeouts and pid)."""
-
-    # --- canary --------------------------------------------------------------------------------
-    def _targets(self):
-        return dict(
-            provider='https://%s/' % self.provider_host,
-            deny='https://%s/' % self.deny_host,
-            plain='http://%s:443/' % self.listed_host,
-            sni='https://%s/' % self.deny_host,
-            tunnel_plain='http://%s:443/' % self.provider_host,
-        )
-
-    def _probe_options(self, probe):
-        """How a canary probe's curl differs from a plain ``curl --proxy URL``."""
-        if probe == 'sni':
-            return dict(connect_to='%s:443:%s:443' % (self.deny_host, self.provider_host))
-        if probe == 'tunnel_plain':
-            return dict(tunnel=True)
-        return {}
-
-    def _probe_env(self):
-        proxy_url = 'http://%s:%d' % (self.proxy, _rules.PROXY_PORT)
-        # What a job gets (docs/job-networks.md): uppercase proxy variables only.
-        return proxy_url, {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
-                           'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
-
-    def _run_container(self, key, name, script, net, results, wait, address=None):
-        """Run one probe container to its end; results[key] = (output text, None) or (None, why)."""
-        _proxy_url, env = self._probe_env()
-        api = self.client.api
-        started = time.monotonic()
-        with self._lock:
-            self._launched.append(name)
-        try:
-            try:
-                endpoint = api.create_endpoint_config(ipv4_address=address) if address else \
-                    api.create_endpoint_config()
-                created = api.create_container(
-                    self.probe_image, ['sh', '-c', script], name=name, detach=True, environment=env,
-                    labels={LABEL: str(self.pid)},
-                    host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
-                                                       cap_drop=['ALL']),
-                    networking_config=api.create_networking_config({net: endpoint}))
-                api.start(created['Id'])
-            except Exception as exc:
-                results[key] = (None, 'the container could not start: %s' % dc.api_message(exc))
-                return
-            try:
-                api.wait(created['Id'], timeout=wait)
-            except Exception:
-                results[key] = (None, 'it did not finish within %ss' % wait)
-                return
-            logs = api.logs(created['Id'], stdout=True, stderr=True)
-            text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
-            results[key] = (text, None)
-        finally:
-            self.timings[key] = time.monotonic() - started
-
-    def _run_probe(self, probe, url, net, results, timeout=None, tunnel=False, name=None, connect_to=None):
-        timeout = self.probe_timeout if timeout is None else timeout
-        proxy_url, _env = self._probe_env()
-        raw = {}
-        self._run_container(probe, name or probe_name(probe, self.pid),
-                            probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
-                            timeout + self.start_grace)
-        text, why = raw.get(probe, (None, 'it did not finish'))
-        if text is None:
-            results[probe] = (None, why)
-            return
-        parsed = parse_probe_output(text)
-        results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
-                          % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
-
-    def _classify(self, results, prefix=''):
-        """The canary's lines from ``results`` (keys ``<prefix><probe>``: a shard's lane has its prefix)."""
-        lines = []
-        for probe, fn, args in (('provider', classify_provider, (self.provider_host,)),
-                                ('deny', classify_deny, (self.deny_host,)),
-                                ('plain', classify_plain, (self.listed_host,)),
-                                ('sni', classify_sni, (self.provider_host, self.deny_host)),
-                                ('tunnel_plain', classify_tunnel_plain, (self.provider_host,))):
-            parsed, why = results.get(prefix + probe, (None, 'it did not finish within %ss' % (
-                self.probe_timeout + self.start_grace + 15)))
-            lines.append(fn(*args + (parsed,), why_not=why))
-        return lines
-
-    def load_endpoints(self):
-        """The declared endpoints (cached); None with ``_endpoints_error`` set when the declaration is refused."""
-        if self._endpoints is not None or self._endpoints_error is not None:
-            return self._endpoints
-        try:
-            self._endpoints = list(_endpoints.load(self.deploy_dir)[0])
-        except Exception as exc:  # EndpointsError names the file, the key and the fix
-            self._endpoints_error = ' '.join(str(exc).split())
-        return self._endpoints
-
-    def _endpoint_jobs(self):
-        """(key, endpoint, kind, url, tunnel) for every endpoint probe to run."""
-        jobs = []
-        for endpoint in sorted(self.load_endpoints() or [], key=lambda e: e.id):
-            for kind, url, tunnel in endpoint_targets(endpoint, self._endpoints):
-                jobs.append(('endpoint-%s-%s' % (kind, endpoint.id), endpoint, kind, url, tunnel))
-        return jobs
-
-    def _classify_endpoints(self, jobs, results, prefix='', container=None):
-        """The endpoint lines (keys ``<prefix><key>``); ``container`` (default the proxy) completes the fixes."""
-        lines = []
-        wait = self.endpoint_timeout + self.start_grace + 15
-        for key, endpoint, kind, url, _tunnel in jobs:
-            parsed, why = results.get(prefix + key, (None, 'it did not finish within %ss' % wait))
-            if kind == 'tunnel':
-                lines.append(classify_endpoint_tunnel(endpoint, parsed, self.endpoint_timeout, why_not=why))
-            elif kind == 'port':
-                lines.append(classify_endpoint_port(endpoint, url, parsed, why_not=why))
-            else:
-                lines.append(classify_endpoint_plain(endpoint, parsed, why_not=why))
-        for line in lines:
-            if line.fix and '<proxy>' in line.fix:
-                line.fix = line.fix.replace('<proxy>', container or self.proxy)
-        return lines
-
-    def teardown(self, net, created, shard_nets=()):
-        """Remove this run's probes and networks; a line for anything that would not go.
-
-        ``shard_nets``: (network, shard) of every shard lane that was set up or tried (a network
-        that is not there is fine).
-        """
-        lines = []
-        stuck = {}
-        peers = set(peer_name(peer, self.pid) for peer in PEERS)  # the isolation check removes its own
-        with self._lock:
-            names = [probe_name(probe, self.pid) for probe in PROBES] + \
-                [name for name in self._launched if name not in peers]
-        for name in sorted(set(names)):
-            try:
-                self.client.api.remove_container(name, force=True)
-            except Exception as exc:
-                if not dc.is_not_found(exc):
-                    shard = probe_shard(name)
-                    stuck.setdefault(net if shard is None else shard_network_name(self.pid, shard), name)
-        if created:
-            lines.extend(self._teardown_network(net, self.proxy, stuck.get(net)))
-        for shard_net, shard in shard_nets:
-            lines.extend(self._teardown_network(shard_net, shard, stuck.get(shard_net)))
-        return lines
-
-    def _teardown_network(self, net, container, stuck):
-        """Detach ``container`` from this run's ``net`` and remove it, unless the probe ``stuck`` keeps it."""
-        lines = []
-        if stuck:
-            lines.append(Line('canary.cleanup_kept', 'warn',
-                              'Egress canary: %s is kept, because the probe %s could not be removed and the network '
-                              'is the only way left to find it: docker rm -f %s' % (net, stuck, stuck),
-                              fix='docker rm -f %s, then re-run doctor' % stuck))
-            return lines
-        try:
-            self.client.api.disconnect_container_from_network(container, net, force=True)
-        except Exception:  # the removal below reports what matters
-            pass
-        try:
-            self.client.api.remove_network(net)
-        except Exception as exc:
-            if not dc.is_not_found(exc):
-                lines.append(Line('canary.cleanup_rm', 'warn',
-                                  'Egress canary: the network %s could not be removed: docker network rm %s (%s)'
-                                  % (net, net, dc.api_message(exc)),
-                                  fix='docker network inspect %s, remove what is on it, then docker network rm %s'
-                                      % (net, net)))
-        return lines

@@ -5,11 +5,14 @@
 
 The pure part (:func:`proxy_lines`, :func:`rules_line`, :func:`guard_line`,
 :func:`mounts_line`, :func:`include_line`, ...) takes what was read and returns
-lines; :class:`ProxyMixin` reads the running proxy (inspect, files inside it
-with an exec, the files it mounts when the daemon is on this host).
+lines; :class:`ProxyCheck`, :class:`RulesCheck`, :class:`GuardCheck` and
+:class:`IncludeCheck` read the proxy (inspect, files inside it with an exec,
+the files it mounts when the daemon is on this host).
 """
 
 from __future__ import annotations
+
+from typing import List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
@@ -18,6 +21,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import daemon_locality
 
@@ -239,66 +243,81 @@ def rules_line(rules_path, text, error=None):
 
 # --- the daemon side -------------------------------------------------------------------------------
 
-class ProxyMixin(object):
-    """The proxy's lines for :class:`_doctor.Doctor` (its client, proxy, deployment folder and daemon)."""
+def proxy_attrs(ctx: DoctorContext) -> Optional[dict]:
+    """The proxy's inspect; None when there is no such container (any other failure raises EngineError)."""
+    try:
+        return ctx.client.api.inspect_container(ctx.proxy)
+    except Exception as exc:
+        if dc.is_not_found(exc):
+            return None
+        raise dc.EngineError('Inspecting container %s failed: %s' % (ctx.proxy, dc.api_message(exc)))
 
-    # --- proxy ---------------------------------------------------------------------------------
-    def proxy_attrs(self):
-        try:
-            return self.client.api.inspect_container(self.proxy)
-        except Exception as exc:
-            if dc.is_not_found(exc):
-                return None
-            raise dc.EngineError('Inspecting container %s failed: %s' % (self.proxy, dc.api_message(exc)))
 
-    def rules_line(self):
-        path = _deployment.paths(self.deploy_dir)['rules']
+class ProxyCheck(Check):
+    """The running and health lines; leaves the proxy's inspect in ``ctx.attrs``."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        ctx.attrs = proxy_attrs(ctx)
+        return proxy_lines(ctx.proxy, ctx.attrs)
+
+
+class RulesCheck(Check):
+    """The rules file in the deployment folder against the collection's copy."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        path = _deployment.paths(ctx.deploy_dir)['rules']
         try:
             with open(path, 'r') as handle:
-                return rules_line(path, handle.read())
+                return [rules_line(path, handle.read())]
         except (IOError, OSError) as exc:
-            return rules_line(path, None, error=exc.strerror or str(exc))
+            return [rules_line(path, None, error=exc.strerror or str(exc))]
 
-    def include_lines(self, attrs):
-        """The include check (the running proxy's include against the declaration)."""
-        declaration = _endpoints.default_path(self.deploy_dir)
+
+class IncludeCheck(Check):
+    """The include check: the running proxy's model-endpoints include against the declaration."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        declaration = _endpoints.default_path(ctx.deploy_dir)
         try:
-            endpoints, declaration, _exists = _endpoints.load(self.deploy_dir)
+            endpoints, declaration, _exists = _endpoints.load(ctx.deploy_dir)
             render = _endpoints.render_include(endpoints)
         except Exception as exc:  # EndpointsError names the file, the key and the fix
             return [Line('endpoints.include_unchecked', 'warn',
                          'Model endpoints: the include could not be checked (%s)' % ' '.join(str(exc).split()),
                          fix='fix %s as the message says, then ansible-playbook pi_dispatch.egress.endpoints'
                              % declaration)]
-        mount = [m for m in attrs.get('Mounts') or [] if m.get('Destination') == _rules.CONTAINER_ENDPOINTS]
+        mount = [m for m in ctx.attrs.get('Mounts') or [] if m.get('Destination') == _rules.CONTAINER_ENDPOINTS]
         running = mounted = None
         mounted_path = mount[0].get('Source') if mount else None
         if mount:
             try:
-                rc, out = dc.exec_in(self.client.containers.get(self.proxy), ['cat', _rules.CONTAINER_ENDPOINTS])
+                rc, out = dc.exec_in(ctx.client.containers.get(ctx.proxy), ['cat', _rules.CONTAINER_ENDPOINTS])
                 running = out if rc == 0 else None
             except Exception:
                 running = None
-            if daemon_locality(self.docker_host, self.environ)[0] and mounted_path:
+            if daemon_locality(ctx.docker_host, ctx.environ)[0] and mounted_path:
                 try:
                     with open(mounted_path, 'r') as handle:
                         mounted = handle.read()
                 except (IOError, OSError):
                     mounted = None
-        line = include_line(self.proxy, [e.id for e in endpoints], render, running, mounted, mounted_path,
+        line = include_line(ctx.proxy, [e.id for e in endpoints], render, running, mounted, mounted_path,
                             declaration, bool(mount))
         return [line] if line else []
 
-    # --- the destination guard and the mounts ------------------------------------------------------
-    def guard_lines(self, attrs):
-        """The guard line, the rules-without-endpoints line and the stale-mount line (running proxy)."""
+
+class GuardCheck(Check):
+    """The guard line, the rules-without-endpoints line and the stale-mount line (running proxy)."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        attrs, proxy = ctx.attrs, ctx.proxy
         lines = []
         mounts = [(m.get('Source'), m.get('Destination')) for m in attrs.get('Mounts') or []
                   if m.get('Type') == 'bind' and m.get('Source') and m.get('Destination')]
         mounts_guard = any(dst == _rules.CONTAINER_GUARD for _src, dst in mounts)
         running_rules = running_guard = host_gateway = why = None
         try:
-            container = self.client.containers.get(self.proxy)
+            container = ctx.client.containers.get(proxy)
             rc, out = dc.exec_in(container, ['cat', _rules.CONTAINER_RULES])
             running_rules = out if rc == 0 else None
             if mounts_guard:
@@ -309,22 +328,22 @@ class ProxyMixin(object):
         except Exception as exc:
             why = ' '.join((dc.api_message(exc) if not isinstance(exc, dc.EngineError) else str(exc)).split())
             container = None
-        lines.append(guard_line(self.proxy, running_rules, running_guard, mounts_guard, attrs_gateways(attrs),
+        lines.append(guard_line(proxy, running_rules, running_guard, mounts_guard, attrs_gateways(attrs),
                                 host_gateway, why=why))
-        line = endpoints_rules_line(self.proxy, running_rules, sorted(e.id for e in self._endpoints or []))
+        line = endpoints_rules_line(proxy, running_rules, sorted(e.id for e in ctx.declared_endpoints() or []))
         if line:
             lines.append(line)
-        if not daemon_locality(self.docker_host, self.environ)[0]:
-            lines.append(mounts_line(self.proxy, [], len(mounts), why='the daemon is on another host, so its files '
-                                                                      'are not readable here'))
+        if not daemon_locality(ctx.docker_host, ctx.environ)[0]:
+            lines.append(mounts_line(proxy, [], len(mounts), why='the daemon is on another host, so its files '
+                                                                 'are not readable here'))
         elif container is None or not mounts:
-            lines.append(mounts_line(self.proxy, [], 0, why=why or 'the proxy mounts no file'))
+            lines.append(mounts_line(proxy, [], 0, why=why or 'the proxy mounts no file'))
         else:
             try:
                 rc, out = dc.exec_in(container, _reload.mounted_digests_cmd([dst for _src, dst in mounts]))
                 inside = _reload.parse_digests(out)
                 stale = [src for src, _dst in _reload.stale_mounts(dict(mounts=mounts), inside)]
-                lines.append(mounts_line(self.proxy, stale, len(mounts)))
+                lines.append(mounts_line(proxy, stale, len(mounts)))
             except Exception as exc:
-                lines.append(mounts_line(self.proxy, [], len(mounts), why=' '.join(str(exc).split())))
+                lines.append(mounts_line(proxy, [], len(mounts), why=' '.join(str(exc).split())))
         return lines

@@ -14,17 +14,20 @@ probe through a shard are the proxy's lines renamed (:func:`through_shard`: id
 ``canary.shard_<x>`` / ``endpoint.shard_<x>``, the shard named in the text).
 
 Without shards nothing here adds a line: a single-proxy report is unchanged.
-:class:`ShardsMixin` makes the daemon calls for :class:`_doctor.Doctor`.
+:class:`ShardsCheck` reads the family into the context; :func:`setup_lanes`
+makes the shards' canary networks for ``canary.py``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Callable, List, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line, shard_line_id, via_shard
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     LABEL, NETWORK_PREFIX, shard_key, shard_network_name)
@@ -171,78 +174,60 @@ class ShardLane(object):
         self.why = None
 
 
-class ShardsMixin(object):
-    """Shards for :class:`_doctor.Doctor` (its client, proxy, pid and probe methods)."""
+def _setup_lane(ctx: DoctorContext, lane: ShardLane) -> None:
+    """Create the shard's canary network and attach the shard with the proxy's name as its alias."""
+    try:
+        ctx.client.api.create_network(lane.net, driver='bridge', internal=True, labels={LABEL: str(ctx.pid)})
+        lane.created = True
+        ctx.client.api.connect_container_to_network(lane.name, lane.net, aliases=[ctx.proxy])
+        lane.ready = True
+    except Exception as exc:
+        lane.why = '%s %s: %s' % ('attaching %s to' % lane.name if lane.created else 'creating', lane.net,
+                                  dc.api_message(exc))
 
-    def proxy_family(self):
-        """(family, lines): the proxy's family (shards with their health) and :func:`family_lines`.
 
-        A family that cannot be listed is ([], [proxy.shards_unread]).
-        """
-        try:
-            family = _shards.members(self.client, self.proxy)
-        except Exception as exc:  # EngineError, or an SDK error the read did not wrap
-            return [], [shards_unread_line(self.proxy, ' '.join(str(exc).split()))]
-        read = []
-        for member in family:
-            if member.is_shard and member.health is None:
-                # A container listing carries no health status: the inspect does.
-                try:
-                    member = _shards.member_from_attrs(self.client.api.inspect_container(member.name), member.index)
-                except Exception:  # gone meanwhile, or unreadable: what the listing said stands
-                    pass
-            read.append(member)
-        return read, family_lines(self.proxy, read)
+def setup_lanes(ctx: DoctorContext, shards: list) -> Tuple[List[ShardLane], Callable[[], None]]:
+    """Start setting up one lane per running shard, all at once; returns (lanes, join) where join() waits."""
+    lanes = [ShardLane(member, ctx.pid) for member in shards]
+    threads = [threading.Thread(target=_setup_lane, args=(ctx, lane)) for lane in lanes]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
 
-    def _setup_lane(self, lane):
-        """Create the shard's canary network and attach the shard with the proxy's name as its alias."""
-        try:
-            self.client.api.create_network(lane.net, driver='bridge', internal=True, labels={LABEL: str(self.pid)})
-            lane.created = True
-            self.client.api.connect_container_to_network(lane.name, lane.net, aliases=[self.proxy])
-            lane.ready = True
-        except Exception as exc:
-            lane.why = '%s %s: %s' % ('attaching %s to' % lane.name if lane.created else 'creating', lane.net,
-                                      dc.api_message(exc))
-
-    def setup_lanes(self, shards):
-        """Start setting up one lane per running shard, all at once; returns (lanes, join) where join() waits."""
-        lanes = [ShardLane(member, self.pid) for member in shards]
-        threads = [threading.Thread(target=self._setup_lane, args=(lane,)) for lane in lanes]
+    def join():
+        deadline = time.monotonic() + SHARD_SETUP_TIMEOUT
         for thread in threads:
-            thread.daemon = True
-            thread.start()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for lane in lanes:
+            if not lane.ready and not lane.why:
+                lane.why = 'setting up %s did not finish within %ss' % (lane.net, SHARD_SETUP_TIMEOUT)
+    return lanes, join
 
-        def join():
-            deadline = time.monotonic() + SHARD_SETUP_TIMEOUT
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            for lane in lanes:
-                if not lane.ready and not lane.why:
-                    lane.why = 'setting up %s did not finish within %ss' % (lane.net, SHARD_SETUP_TIMEOUT)
-        return lanes, join
 
-    def lane_threads(self, lane, jobs, results):
-        """The probe threads (not started) of a ready lane: the canary's probes and the endpoint probes."""
-        threads = []
-        for probe, url in sorted(self._targets().items()):
-            threads.append(threading.Thread(target=self._run_probe, args=(lane.prefix + probe, url, lane.net,
-                                                                          results),
-                                            kwargs=self._probe_options(probe)))
-        for key, _endpoint, _kind, url, tunnel in jobs:
-            if url is None:
-                continue
-            threads.append(threading.Thread(target=self._run_probe, args=(lane.prefix + key, url, lane.net, results),
-                                            kwargs=dict(timeout=self.endpoint_timeout, tunnel=tunnel)))
-        return threads
+def read_family(ctx: DoctorContext) -> Tuple[list, List[Line]]:
+    """(family, lines): the proxy's family (shards with their health) and :func:`family_lines`.
 
-    def lane_lines(self, lane, jobs, results):
-        """(canary lines, endpoint lines) of one lane, named for its shard."""
-        if not lane.ready:
-            endpoint_lines = [through_shard(endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], lane.why),
-                                            lane.name) for _key, endpoint, kind, _url, _tunnel in jobs]
-            return [shard_setup_line(lane.name, lane.why)], endpoint_lines
-        canary = [through_shard(line, lane.name) for line in self._classify(results, prefix=lane.prefix)]
-        endpoint_lines = [through_shard(line, lane.name) for line in
-                          self._classify_endpoints(jobs, results, prefix=lane.prefix, container=lane.name)]
-        return canary, endpoint_lines
+    A family that cannot be listed is ([], [proxy.shards_unread]).
+    """
+    try:
+        family = _shards.members(ctx.client, ctx.proxy)
+    except Exception as exc:  # EngineError, or an SDK error the read did not wrap
+        return [], [shards_unread_line(ctx.proxy, ' '.join(str(exc).split()))]
+    read = []
+    for member in family:
+        if member.is_shard and member.health is None:
+            # A container listing carries no health status: the inspect does.
+            try:
+                member = _shards.member_from_attrs(ctx.client.api.inspect_container(member.name), member.index)
+            except Exception:  # gone meanwhile, or unreadable: what the listing said stands
+                pass
+        read.append(member)
+    return read, family_lines(ctx.proxy, read)
+
+
+class ShardsCheck(Check):
+    """The family lines; leaves the family in ``ctx.family`` for the canary."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        ctx.family, lines = read_family(ctx)
+        return lines

@@ -7,16 +7,18 @@ The installed version is read with dpkg-query inside the proxy (an exec, no
 shell); the mirror's candidate with ``apt-get update`` and ``apt-cache policy``
 in a throwaway container of the proxy's image on its upstream network, bounded
 and removed. Versions are compared with dpkg's rules (``_debversion``). The
-parsers and :func:`squid_lines` are pure; :class:`SquidMixin` makes the calls.
+parsers and :func:`squid_lines` are pure; :class:`SquidCheck` makes the calls.
 """
 
 from __future__ import annotations
 
 import time
+from typing import List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import debversion as _debversion
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import names as _jobnet_names
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     LABEL, parse_doctor_network, probe_name)
@@ -145,6 +147,13 @@ def squid_lines(proxy, installed, installed_why, candidate, candidate_why):
     return lines
 
 
+def squid_unfinished_line(proxy: str) -> Line:
+    """The squid line when the check did not finish in time."""
+    return Line('proxy.squid_unread', 'warn',
+                'Egress proxy squid: the package version inside %s could not be read (the check did not finish)'
+                % proxy, fix='docker exec %s dpkg-query -W squid-common' % proxy)
+
+
 def upstream_network(names, labelled_upstream):
     """The network the proxy reaches the mirror through: one labelled upstream, else the first that is
     neither a job network nor a doctor network; None when there is none."""
@@ -158,86 +167,89 @@ def upstream_network(names, labelled_upstream):
 
 # --- the daemon side -------------------------------------------------------------------------------
 
-class SquidMixin(object):
-    """The squid check for :class:`_doctor.Doctor` (its client, proxy, pid, start grace and timings)."""
+def squid_installed(ctx: DoctorContext) -> Tuple[Optional[str], Optional[str]]:
+    """(version, None) or (None, why): dpkg's squid version inside the running proxy (an exec, no shell)."""
+    try:
+        rc, out = dc.exec_in(ctx.client.containers.get(ctx.proxy),
+                             ['dpkg-query', '-W', '-f=${Version}', SQUID_VERSION_PACKAGE])
+    except dc.EngineError as exc:
+        return None, ' '.join(str(exc).split())
+    except Exception as exc:
+        return None, ' '.join(dc.api_message(exc).split())
+    if rc != 0 or not out.strip():
+        return None, 'dpkg-query -W %s exited %s%s' % (SQUID_VERSION_PACKAGE, rc,
+                                                       (': ' + ' '.join(out.split())[:200]) if out else '')
+    return out.strip(), None
 
-    def squid_installed(self):
-        """(version, None) or (None, why): dpkg's squid version inside the running proxy (an exec, no shell)."""
+
+def _labelled_upstream(ctx: DoctorContext, name: str) -> bool:
+    try:
+        labels = (ctx.client.api.inspect_network(name) or {}).get('Labels') or {}
+    except Exception:
+        return False
+    return labels.get('io.pi-dispatch.egress.network') == 'upstream'
+
+
+def squid_candidate_version(ctx: DoctorContext) -> Tuple[Optional[str], Optional[str]]:
+    """(candidate, None) or (None, why): apt's candidate in a throwaway container of the proxy's image.
+
+    The container runs as root (apt-get update writes its lists) with every
+    capability dropped, on the proxy's upstream network, so it asks the
+    mirror the way the proxy's own traffic leaves; bounded by
+    SQUID_CANDIDATE_TIMEOUT, then removed. On an ``--internal`` upstream (the
+    tests) nothing answers and the why says so.
+    """
+    if not ctx.squid_candidate:
+        return None, 'the mirror check is switched off'
+    networks = list(((ctx.attrs.get('NetworkSettings') or {}).get('Networks') or {}).keys())
+    net = upstream_network(networks, lambda name: _labelled_upstream(ctx, name))
+    if net is None:
+        return None, 'the proxy is on no upstream network'
+    image = ctx.attrs.get('Image') or (ctx.attrs.get('Config') or {}).get('Image')
+    # Not in ctx.launched: the canary's teardown must not remove it while it runs. This function
+    # removes it; a killed run's is swept with that run's canary network (its name carries the pid).
+    name = probe_name('squid', ctx.pid)
+    api = ctx.client.api
+    started = time.monotonic()
+    try:
         try:
-            rc, out = dc.exec_in(self.client.containers.get(self.proxy),
-                                 ['dpkg-query', '-W', '-f=${Version}', SQUID_VERSION_PACKAGE])
-        except dc.EngineError as exc:
-            return None, ' '.join(str(exc).split())
+            created = api.create_container(
+                image, ['sh', '-c', candidate_script()], name=name, detach=True, user='root',
+                labels={LABEL: str(ctx.pid)}, entrypoint=[],
+                host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
+                                                   cap_drop=['ALL']))
+            api.start(created['Id'])
         except Exception as exc:
-            return None, ' '.join(dc.api_message(exc).split())
-        if rc != 0 or not out.strip():
-            return None, 'dpkg-query -W %s exited %s%s' % (SQUID_VERSION_PACKAGE, rc,
-                                                           (': ' + ' '.join(out.split())[:200]) if out else '')
-        return out.strip(), None
-
-    def _labelled_upstream(self, name):
+            return None, 'the throwaway container could not start on %s: %s' % (net, dc.api_message(exc))
+        wait = SQUID_CANDIDATE_TIMEOUT + ctx.start_grace + 10
         try:
-            labels = (self.client.api.inspect_network(name) or {}).get('Labels') or {}
+            api.wait(created['Id'], timeout=wait)
         except Exception:
-            return False
-        return labels.get('io.pi-dispatch.egress.network') == 'upstream'
-
-    def squid_candidate_version(self, attrs):
-        """(candidate, None) or (None, why): apt's candidate in a throwaway container of the proxy's image.
-
-        The container runs as root (apt-get update writes its lists) with every
-        capability dropped, on the proxy's upstream network, so it asks the
-        mirror the way the proxy's own traffic leaves; bounded by
-        SQUID_CANDIDATE_TIMEOUT, then removed. On an ``--internal`` upstream (the
-        tests) nothing answers and the why says so.
-        """
-        if not self.squid_candidate:
-            return None, 'the mirror check is switched off'
-        networks = list(((attrs.get('NetworkSettings') or {}).get('Networks') or {}).keys())
-        net = upstream_network(networks, self._labelled_upstream)
-        if net is None:
-            return None, 'the proxy is on no upstream network'
-        image = attrs.get('Image') or (attrs.get('Config') or {}).get('Image')
-        # Not in self._launched: the canary's teardown must not remove it while it runs. This method
-        # removes it; a killed run's is swept with that run's canary network (its name carries the pid).
-        name = probe_name('squid', self.pid)
-        api = self.client.api
-        started = time.monotonic()
+            return None, 'the throwaway container did not finish within %ss' % wait
         try:
-            try:
-                created = api.create_container(
-                    image, ['sh', '-c', candidate_script()], name=name, detach=True, user='root',
-                    labels={LABEL: str(self.pid)}, entrypoint=[],
-                    host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
-                                                       cap_drop=['ALL']))
-                api.start(created['Id'])
-            except Exception as exc:
-                return None, 'the throwaway container could not start on %s: %s' % (net, dc.api_message(exc))
-            wait = SQUID_CANDIDATE_TIMEOUT + self.start_grace + 10
-            try:
-                api.wait(created['Id'], timeout=wait)
-            except Exception:
-                return None, 'the throwaway container did not finish within %ss' % wait
-            try:
-                logs = api.logs(created['Id'], stdout=True, stderr=True)
-            except Exception as exc:
-                return None, 'the throwaway container\'s output could not be read: %s' % dc.api_message(exc)
-            text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
-            candidate, why = parse_candidate_output(text)
-            return candidate, (None if why is None else '%s, from a throwaway container on %s' % (why, net))
-        finally:
-            self.timings['squid'] = time.monotonic() - started
-            try:
-                api.remove_container(name, force=True)
-            except Exception:  # not found, or the teardown/sweep reports it
-                pass
+            logs = api.logs(created['Id'], stdout=True, stderr=True)
+        except Exception as exc:
+            return None, 'the throwaway container\'s output could not be read: %s' % dc.api_message(exc)
+        text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
+        candidate, why = parse_candidate_output(text)
+        return candidate, (None if why is None else '%s, from a throwaway container on %s' % (why, net))
+    finally:
+        ctx.timings['squid'] = time.monotonic() - started
+        try:
+            api.remove_container(name, force=True)
+        except Exception:  # not found, or the teardown/sweep reports it
+            pass
 
-    def squid_lines(self, attrs):
-        installed, installed_why = self.squid_installed()
+
+class SquidCheck(Check):
+    """The squid lines of the running proxy (``ctx.attrs``): its package, and the mirror's candidate."""
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        installed, installed_why = squid_installed(ctx)
         candidate, candidate_why = (None, 'the installed version is unknown')
         if installed is not None:
             try:
-                candidate, candidate_why = self.squid_candidate_version(attrs)
+                candidate, candidate_why = squid_candidate_version(ctx)
             except Exception as exc:  # a daemon surprise is a line, never a dead thread
                 candidate, candidate_why = None, 'the mirror check failed: %s' % ' '.join(str(exc).split())
-        return squid_lines(self.proxy, installed, installed_why, candidate, candidate_why)
+        return squid_lines(ctx.proxy, installed, installed_why, candidate, candidate_why)

@@ -9,12 +9,15 @@ name), whatever else is on it is detached, then the network is removed. A probe
 that cannot be removed keeps its network (the only handle left on it). On a
 daemon that is not on this host a leftover is only reported, and in check mode
 nothing is swept. The decisions (:func:`plan_leftover`, :func:`split_attached`,
-:func:`sweep_line`, ...) are pure; :class:`SweepMixin` makes the daemon calls.
+:func:`sweep_line`, ...) are pure; :class:`SweepCheck` makes the daemon calls.
 """
 
 from __future__ import annotations
 
+from typing import Callable, List, Optional
+
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     ISOLATION_NET_PREFIX, ISOLATION_NET_RE, NETWORK_PREFIX, PEERS, PROBE_PREFIX, daemon_locality, network_shard,
@@ -139,75 +142,81 @@ def would_sweep_line(net, probes, others):
 
 # --- the daemon side -------------------------------------------------------------------------------
 
-class SweepMixin(object):
-    """The sweep for :class:`_doctor.Doctor` (its client, pid, daemon, check mode and actions)."""
+def _sweep_one(ctx: DoctorContext, name: str, pid: int, all_probes: List[str]) -> Optional[Line]:
+    try:
+        attrs = ctx.client.api.inspect_network(name)
+    except Exception as exc:
+        if dc.is_not_found(exc):
+            return None
+        return unreadable_line(name, dc.api_message(exc))
+    attached = [(c.get('Name') or cid) for cid, c in (attrs.get('Containers') or {}).items()]
+    probes, others = split_attached(attached, pid)
+    # Stopped probes are not listed as endpoints; their names still say whose they are.
+    probes = sorted(set(probes) | set(p for p in all_probes if probe_of_network(p, name, pid)))
+    if ctx.check_mode:
+        return would_sweep_line(name, probes, others)
+    removed, stuck = [], []
+    for probe in probes:
+        try:
+            ctx.client.api.remove_container(probe, force=True)
+            removed.append(probe)
+            ctx.actions.append('removed leftover probe %s' % probe)
+        except Exception as exc:
+            if not dc.is_not_found(exc):
+                stuck.append(probe)
+    if stuck:
+        # The network is the only handle on that probe: keep it, detach nothing.
+        return sweep_line(name, removed=removed, stuck=stuck[0])
+    detached = []
+    for other in others:
+        try:
+            ctx.client.api.disconnect_container_from_network(other, name, force=True)
+            detached.append(other)
+            ctx.actions.append('detached %s from leftover %s' % (other, name))
+        except Exception as exc:
+            if not dc.is_not_found(exc):
+                ctx.actions.append('detaching %s from %s failed: %s' % (other, name, dc.api_message(exc)))
+    try:
+        ctx.client.api.remove_network(name)
+        ctx.actions.append('removed leftover network %s' % name)
+    except Exception as exc:
+        if dc.is_not_found(exc):
+            return sweep_line(name, removed=removed, detached=detached, net_gone=True)
+        return sweep_line(name, removed=removed, detached=detached, rm_error=dc.api_message(exc))
+    return sweep_line(name, removed=removed, detached=detached)
 
-    def sweep(self, alive=pid_alive):
-        local, resolved = daemon_locality(self.docker_host, self.environ)
+
+class SweepCheck(Check):
+    """The sweep's lines (none when ``ctx.sweep_enabled`` is false); ``alive`` judges a pid on this host."""
+
+    def __init__(self, alive: Callable[[int], bool] = pid_alive):
+        self.alive = alive
+
+    def lines(self, ctx: DoctorContext) -> List[Line]:
+        if not ctx.sweep_enabled:
+            return []
+        local, resolved = daemon_locality(ctx.docker_host, ctx.environ)
         lines = []
         try:
-            nets = self.client.api.networks(filters={'name': NETWORK_PREFIX})
-            nets += self.client.api.networks(filters={'name': ISOLATION_NET_PREFIX})
+            nets = ctx.client.api.networks(filters={'name': NETWORK_PREFIX})
+            nets += ctx.client.api.networks(filters={'name': ISOLATION_NET_PREFIX})
         except Exception as exc:
             return [unlisted_line(dc.api_message(exc))]
         try:
             all_probes = [c['Names'][0].lstrip('/') for c in
-                          self.client.api.containers(all=True, filters={'name': PROBE_PREFIX})]
+                          ctx.client.api.containers(all=True, filters={'name': PROBE_PREFIX})]
         except Exception:
             all_probes = []
         for net in sorted(nets, key=lambda n: n.get('Name') or ''):
             name = net.get('Name') or ''
             pid = parse_doctor_network(name)
-            decision = plan_leftover(name, self.pid, alive(pid) if pid is not None else True, local)
+            decision = plan_leftover(name, ctx.pid, self.alive(pid) if pid is not None else True, local)
             if decision in ('ignore', 'live'):
                 continue
             if decision == 'remote':
                 lines.append(remote_line(name, resolved))
                 continue
-            line = self._sweep_one(name, pid, all_probes)
+            line = _sweep_one(ctx, name, pid, all_probes)
             if line is not None:
                 lines.append(line)
         return lines
-
-    def _sweep_one(self, name, pid, all_probes):
-        try:
-            attrs = self.client.api.inspect_network(name)
-        except Exception as exc:
-            if dc.is_not_found(exc):
-                return None
-            return unreadable_line(name, dc.api_message(exc))
-        attached = [(c.get('Name') or cid) for cid, c in (attrs.get('Containers') or {}).items()]
-        probes, others = split_attached(attached, pid)
-        # Stopped probes are not listed as endpoints; their names still say whose they are.
-        probes = sorted(set(probes) | set(p for p in all_probes if probe_of_network(p, name, pid)))
-        if self.check_mode:
-            return would_sweep_line(name, probes, others)
-        removed, stuck = [], []
-        for probe in probes:
-            try:
-                self.client.api.remove_container(probe, force=True)
-                removed.append(probe)
-                self.actions.append('removed leftover probe %s' % probe)
-            except Exception as exc:
-                if not dc.is_not_found(exc):
-                    stuck.append(probe)
-        if stuck:
-            # The network is the only handle on that probe: keep it, detach nothing.
-            return sweep_line(name, removed=removed, stuck=stuck[0])
-        detached = []
-        for other in others:
-            try:
-                self.client.api.disconnect_container_from_network(other, name, force=True)
-                detached.append(other)
-                self.actions.append('detached %s from leftover %s' % (other, name))
-            except Exception as exc:
-                if not dc.is_not_found(exc):
-                    self.actions.append('detaching %s from %s failed: %s' % (other, name, dc.api_message(exc)))
-        try:
-            self.client.api.remove_network(name)
-            self.actions.append('removed leftover network %s' % name)
-        except Exception as exc:
-            if dc.is_not_found(exc):
-                return sweep_line(name, removed=removed, detached=detached, net_gone=True)
-            return sweep_line(name, removed=removed, detached=detached, rm_error=dc.api_message(exc))
-        return sweep_line(name, removed=removed, detached=detached)

@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import canary as _doctor_canary
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import lines as _doctor_lines
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
@@ -178,8 +180,8 @@ class FakeClient(object):
 
 @pytest.fixture(autouse=True)
 def fake_not_found(monkeypatch):
-    monkeypatch.setattr(_doctor.dc, 'is_not_found', lambda exc: isinstance(exc, NotFound))
-    monkeypatch.setattr(_doctor.dc, 'api_message', str)
+    monkeypatch.setattr(dc, 'is_not_found', lambda exc: isinstance(exc, NotFound))
+    monkeypatch.setattr(dc, 'api_message', str)
 
 
 def doctor(api, docker_host=None, check_mode=False, isolation=False):
@@ -188,13 +190,30 @@ def doctor(api, docker_host=None, check_mode=False, isolation=False):
         environ={}, isolation=isolation))
 
 
+RUNNING = {'State': {'Running': True}}
+
+
+def run_canary(doc, shards=()):
+    """The canary check of a running proxy with ``shards`` as its family: (canary, endpoint, isolation) lines."""
+    doc.ctx.attrs, doc.ctx.family = RUNNING, list(shards)
+    out = doc.checks['canary'].lines(doc.ctx)
+    canary = [line for line in out if line.id.startswith('canary.')]
+    assert out == canary + [line for line in out if not line.id.startswith('canary.')]  # canary lines first
+    assert all(line.id.startswith('endpoint.') for line in out[len(canary):])
+    return canary, out[len(canary):], doc.ctx.isolation_lines
+
+
+def sweep(doc, alive):
+    return _doctor_sweep.SweepCheck(alive=alive).lines(doc.ctx)
+
+
 def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'],
                   attached={'pi-dispatch-egress-doctor-100': [
                       'pi-dispatch-egress-probe-deny-100', 'pi-dispatch-egress-proxy']},
                   containers=['pi-dispatch-egress-probe-plain-100', 'pi-dispatch-egress-probe-plain-101'])
     doc = doctor(api)
-    lines = doc.sweep(alive=lambda pid: False)
+    lines = sweep(doc, lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.removed']
     assert 'pi-dispatch-egress-probe-deny-100, pi-dispatch-egress-probe-plain-100' in lines[0].message
     assert 'detaching pi-dispatch-egress-proxy' in lines[0].message
@@ -207,14 +226,14 @@ def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
 def test_sweep_live_pid_and_own_pid_are_left_alone():
     api = FakeAPI(['pi-dispatch-egress-doctor-100', 'pi-dispatch-egress-doctor-%d' % OWN],
                   attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100']})
-    assert doctor(api).sweep(alive=lambda pid: True) == []
-    assert doctor(api).sweep(alive=lambda pid: pid == 100) == []  # own pid 'dead': still ignored
+    assert sweep(doctor(api), lambda pid: True) == []
+    assert sweep(doctor(api), lambda pid: pid == 100) == []  # own pid 'dead': still ignored
     assert api.calls == []
 
 
 def test_sweep_remote_daemon_reports_never_sweeps():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'])
-    lines = doctor(api, docker_host='tcp://10.1.2.3:2376').sweep(alive=lambda pid: False)
+    lines = sweep(doctor(api, docker_host='tcp://10.1.2.3:2376'), lambda pid: False)
     assert [(line.id, line.status) for line in lines] == [('leftovers.remote', 'warn')]
     assert 'tcp://10.1.2.3:2376' in lines[0].message
     assert lines[0].fix == 'check on the host that daemon belongs to, then docker network rm ' \
@@ -227,7 +246,7 @@ def test_sweep_stuck_probe_keeps_network():
                   attached={'pi-dispatch-egress-doctor-100': [
                       'pi-dispatch-egress-probe-deny-100', 'pi-dispatch-egress-probe-plain-100', 'other']},
                   stuck=['pi-dispatch-egress-probe-deny-100'])
-    lines = doctor(api).sweep(alive=lambda pid: False)
+    lines = sweep(doctor(api), lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.kept']
     assert 'docker rm -f pi-dispatch-egress-probe-deny-100' in lines[0].message
     assert ('network rm', 'pi-dispatch-egress-doctor-100') not in api.calls
@@ -236,14 +255,14 @@ def test_sweep_stuck_probe_keeps_network():
 
 
 def test_sweep_listing_fails():
-    lines = doctor(FakeAPI([], list_error='connection reset')).sweep(alive=lambda pid: False)
+    lines = sweep(doctor(FakeAPI([], list_error='connection reset')), lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.unlisted']
     assert 'docker network ls --filter name=pi-dispatch-egress-doctor-' in lines[0].message
 
 
 def test_sweep_inspect_fails_touches_nothing():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'], inspect_error='permission denied')
-    lines = doctor(api).sweep(alive=lambda pid: False)
+    lines = sweep(doctor(api), lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.unreadable']
     assert 'docker network inspect pi-dispatch-egress-doctor-100' in lines[0].message
     assert api.calls == []
@@ -251,20 +270,20 @@ def test_sweep_inspect_fails_touches_nothing():
 
 def test_sweep_network_rm_fails():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'], rm_error='has active endpoints')
-    lines = doctor(api).sweep(alive=lambda pid: False)
+    lines = sweep(doctor(api), lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.rm_failed']
 
 
 def test_sweep_non_matching_names_ignored():
     api = FakeAPI(['pi-dispatch-egress-doctor-100-x', 'pi-dispatch-egress-doctor-abc'])
-    assert doctor(api).sweep(alive=lambda pid: False) == []
+    assert sweep(doctor(api), lambda pid: False) == []
     assert api.calls == []
 
 
 def test_sweep_check_mode_reports_only():
     api = FakeAPI(['pi-dispatch-egress-doctor-100'],
                   attached={'pi-dispatch-egress-doctor-100': ['pi-dispatch-egress-probe-deny-100', 'app']})
-    lines = doctor(api, check_mode=True).sweep(alive=lambda pid: False)
+    lines = sweep(doctor(api, check_mode=True), lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.would_sweep']
     assert 'pi-dispatch-egress-probe-deny-100' in lines[0].message and 'detaching app' in lines[0].message
     assert api.calls == []
@@ -272,14 +291,14 @@ def test_sweep_check_mode_reports_only():
 
 def test_teardown_stuck_probe_keeps_own_network():
     api = FakeAPI([], stuck=['pi-dispatch-egress-probe-deny-%d' % OWN])
-    lines = doctor(api).teardown('pi-dispatch-egress-doctor-%d' % OWN, True)
+    lines = _doctor_canary.teardown(doctor(api).ctx, 'pi-dispatch-egress-doctor-%d' % OWN, True)
     assert [line.id for line in lines] == ['canary.cleanup_kept']
     assert ('network rm', 'pi-dispatch-egress-doctor-%d' % OWN) not in api.calls
 
 
 def test_teardown_network_rm_failure_reported():
     api = FakeAPI([], rm_error='has active endpoints')
-    lines = doctor(api).teardown('pi-dispatch-egress-doctor-%d' % OWN, True)
+    lines = _doctor_canary.teardown(doctor(api).ctx, 'pi-dispatch-egress-doctor-%d' % OWN, True)
     assert [(line.id, line.status) for line in lines] == [('canary.cleanup_rm', 'warn')]
 
 
@@ -503,9 +522,9 @@ class SetupAPI(FakeAPI):
 
 @pytest.mark.parametrize('fail_on, removed', [('create', False), ('connect', True)])
 def test_canary_setup_failure_is_not_run_and_cleans_up(monkeypatch, fail_on, removed):
-    monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: object())
+    monkeypatch.setattr(dc, 'get_image', lambda client, name: object())
     api = SetupAPI(fail_on)
-    lines, endpoint_lines, isolation_lines = doctor(api).canary()
+    lines, endpoint_lines, isolation_lines = run_canary(doctor(api))
     assert [(line.id, line.status) for line in lines] == [('canary.setup', 'notrun')]
     assert endpoint_lines == []  # nothing declared in /nonexistent
     assert [line.id for line in isolation_lines] == ['isolation.notrun']
@@ -515,9 +534,9 @@ def test_canary_setup_failure_is_not_run_and_cleans_up(monkeypatch, fail_on, rem
 
 
 def test_canary_missing_probe_image_is_not_run(monkeypatch):
-    monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: None)
+    monkeypatch.setattr(dc, 'get_image', lambda client, name: None)
     api = SetupAPI(None)
-    lines, _endpoint_lines, isolation_lines = doctor(api, isolation=True).canary()
+    lines, _endpoint_lines, isolation_lines = run_canary(doctor(api, isolation=True))
     assert [(line.id, line.status) for line in lines] == [('canary.setup', 'notrun')]
     assert [(line.id, line.status) for line in isolation_lines] == [('isolation.notrun', 'notrun')]
     assert 'img' in lines[0].message and lines[0].fix

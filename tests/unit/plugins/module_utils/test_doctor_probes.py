@@ -10,6 +10,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import overlay as _doctor_overlay
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probes as _doctor_probes
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import sweep as _doctor_sweep
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import tls as _doctor_tls
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 
 EP = _endpoints.Endpoint('m1', 'models.test', 11434, 1)
@@ -302,9 +303,11 @@ def test_probe_of_network(probe, net, expect):
 ])
 def test_tls_check_probes(fn, res, expect):
     if fn == 'sni':
-        line = _doctor_probes.classify_sni('api.provider.test', 'denied.test', res, why_not='it did not start')
+        line = _doctor_tls.classify_tls_check('sni', 'api.provider.test', 'denied.test', res,
+                                              why_not='it did not start')
     else:
-        line = _doctor_probes.classify_tunnel_plain('api.provider.test', res, why_not='it did not start')
+        line = _doctor_tls.classify_tls_check('tunnel_plain', 'api.provider.test', 'denied.test', res,
+                                              why_not='it did not start')
     assert (line.id, line.status) == expect, line
     assert 'api.provider.test' in line.message or line.status == 'notrun'
     if line.status == 'fail':

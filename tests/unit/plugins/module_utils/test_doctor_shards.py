@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import lines as _doctor_lines
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
@@ -36,8 +37,8 @@ class NotFound(Exception):
 
 @pytest.fixture(autouse=True)
 def fake_not_found(monkeypatch):
-    monkeypatch.setattr(_doctor.dc, 'is_not_found', lambda exc: isinstance(exc, NotFound))
-    monkeypatch.setattr(_doctor.dc, 'api_message', str)
+    monkeypatch.setattr(dc, 'is_not_found', lambda exc: isinstance(exc, NotFound))
+    monkeypatch.setattr(dc, 'api_message', str)
 
 
 # --- the family line and the per-shard lines ------------------------------------------------------------
@@ -300,13 +301,30 @@ def doctor(api, **more):
     return _doctor.Doctor(FakeClient(api), _doctor.DoctorOptions(PROXY, '/nonexistent', 'img', **options))
 
 
+RUNNING = {'State': {'Running': True}}
+
+
+def run_canary(doc, shards=()):
+    """The canary check of a running proxy with ``shards`` as its family: (canary, endpoint, isolation) lines."""
+    doc.ctx.attrs, doc.ctx.family = RUNNING, list(shards)
+    out = doc.checks['canary'].lines(doc.ctx)
+    canary = [line for line in out if line.id.startswith('canary.')]
+    assert out == canary + [line for line in out if not line.id.startswith('canary.')]  # canary lines first
+    assert all(line.id.startswith('endpoint.') for line in out[len(canary):])
+    return canary, out[len(canary):], doc.ctx.isolation_lines
+
+
+def sweep(doc, alive):
+    return _doctor_sweep.SweepCheck(alive=alive).lines(doc.ctx)
+
+
 def test_sweep_of_a_killed_run_with_a_shard_network():
     canary, shard_net = 'pi-dispatch-egress-doctor-100', 'pi-dispatch-egress-doctor-100-shard-1'
     api = SweepAPI([canary, shard_net],
                    attached={canary: ['pi-dispatch-egress-probe-deny-100', PROXY],
                              shard_net: ['pi-dispatch-egress-probe-shard-1-deny-100', S1]},
                    containers=['pi-dispatch-egress-probe-shard-1-plain-100', 'pi-dispatch-egress-probe-plain-100'])
-    lines = doctor(api).sweep(alive=lambda pid: False)
+    lines = sweep(doctor(api), lambda pid: False)
     assert [line.id for line in lines] == ['leftovers.removed', 'leftovers.removed']
     assert lines[0].message == (
         'Egress canary: removed %s (after removing pi-dispatch-egress-probe-deny-100, '
@@ -320,7 +338,7 @@ def test_sweep_of_a_killed_run_with_a_shard_network():
 
 def test_sweep_leaves_a_live_runs_shard_network_alone():
     api = SweepAPI(['pi-dispatch-egress-doctor-100-shard-1'], {}, [])
-    assert doctor(api).sweep(alive=lambda pid: True) == []
+    assert sweep(doctor(api), lambda pid: True) == []
     assert api.calls == []
 
 
@@ -359,19 +377,20 @@ def test_proxy_family_reads_each_shards_health():
     api = FamilyAPI({PROXY: inspect(PROXY, nets=['up', 'pi-job-a-net']),
                      S1: inspect(S1, health='unhealthy', nets=['up', 'pi-job-b-net'])},
                     [summary(S1, 1, nets=['up', 'pi-job-b-net']), summary(S2, 2, state='exited')])
-    family, lines = doctor(api).proxy_family()
+    family, lines = _doctor_shards.read_family(doctor(api).ctx)
     assert [(m.name, m.state, m.health, m.load) for m in family] == [
         (PROXY, 'running', 'healthy', 1), (S1, 'running', 'unhealthy', 1), (S2, 'exited', None, 0)]
     assert ids(lines) == [('proxy.shards', 'ok'), ('proxy.shard_health', 'fail'), ('proxy.shard_stopped', 'warn')]
 
 
 def test_proxy_family_without_shards_says_nothing():
-    family, lines = doctor(FamilyAPI({PROXY: inspect(PROXY)}, [])).proxy_family()
+    family, lines = _doctor_shards.read_family(doctor(FamilyAPI({PROXY: inspect(PROXY)}, [])).ctx)
     assert [m.name for m in family] == [PROXY] and lines == []
 
 
 def test_proxy_family_unlisted():
-    family, lines = doctor(FamilyAPI({PROXY: inspect(PROXY)}, [], list_error='connection reset')).proxy_family()
+    api = FamilyAPI({PROXY: inspect(PROXY)}, [], list_error='connection reset')
+    family, lines = _doctor_shards.read_family(doctor(api).ctx)
     assert family == [] and ids(lines) == [('proxy.shards_unread', 'warn')]
 
 
@@ -464,7 +483,7 @@ class CanaryAPI(object):
 
 @pytest.fixture
 def image_present(monkeypatch):
-    monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: object())
+    monkeypatch.setattr(dc, 'get_image', lambda client, name: object())
 
 
 NET = 'pi-dispatch-egress-doctor-%d' % OWN
@@ -478,7 +497,7 @@ NET2 = 'pi-dispatch-egress-doctor-%d-shard-2' % OWN
 
 def test_canary_without_shards_is_what_it_was(image_present):
     api = CanaryAPI()
-    lines, endpoint_lines, _iso = doctor(api).canary()
+    lines, endpoint_lines, _iso = run_canary(doctor(api))
     assert ids(lines) == CANARY_OK
     assert endpoint_lines == []
     assert sorted(name for name, (net, _s) in api.containers_made.items()) == sorted(
@@ -491,7 +510,7 @@ def test_canary_without_shards_is_what_it_was(image_present):
 def test_canary_runs_through_every_running_shard(image_present):
     api = CanaryAPI()
     family = [member(0), member(1, load=3), member(2, state='exited', load=1)]
-    lines, endpoint_lines, _iso = doctor(api).canary(family)
+    lines, endpoint_lines, _iso = run_canary(doctor(api), family)
     assert ids(lines) == CANARY_OK + SHARD_OK
     assert all(S1 in line.message for line in lines[5:])
     assert not [line for line in lines if S2 in line.message]  # a stopped shard is not probed
@@ -516,8 +535,8 @@ def test_canary_runs_through_every_running_shard(image_present):
 def test_canary_endpoint_probes_run_through_shards_too(image_present):
     api = CanaryAPI()
     doc = doctor(api)
-    doc._endpoints = [EP]
-    lines, endpoint_lines, _iso = doc.canary([member(0), member(1)])
+    doc.ctx.endpoints_loaded = [EP]
+    lines, endpoint_lines, _iso = run_canary(doc, [member(0), member(1)])
     assert ids(lines)[5:] == SHARD_OK
     assert ids(endpoint_lines) == [
         ('endpoint.tunnel', 'ok'), ('endpoint.port_exact', 'ok'), ('endpoint.plain', 'ok'),
@@ -532,7 +551,7 @@ def test_canary_endpoint_probes_run_through_shards_too(image_present):
 
 def test_a_shard_that_leaks_is_named(image_present):
     api = CanaryAPI(leaky=[NET2])
-    lines, _endpoint_lines, _iso = doctor(api).canary([member(0), member(1), member(2)])
+    lines, _endpoint_lines, _iso = run_canary(doctor(api), [member(0), member(1), member(2)])
     by_id = dict((line.id, line) for line in lines)
     assert by_id['canary.deny'].status == 'ok'
     assert [line.id for line in lines if line.id.startswith('canary.shard_deny')] == [
@@ -546,8 +565,8 @@ def test_a_shard_that_leaks_is_named(image_present):
 def test_a_shard_network_that_cannot_be_made_is_not_run_and_the_rest_runs(image_present):
     api = CanaryAPI(fail_create=[NET1])
     doc = doctor(api)
-    doc._endpoints = [EP]
-    lines, endpoint_lines, _iso = doc.canary([member(0), member(1), member(2)])
+    doc.ctx.endpoints_loaded = [EP]
+    lines, endpoint_lines, _iso = run_canary(doc, [member(0), member(1), member(2)])
     assert ids(lines) == CANARY_OK + [('canary.shard_setup', 'notrun')] + SHARD_OK
     assert lines[5].message.startswith('Egress canary could not be set up through %s (creating %s: ' % (S1, NET1))
     assert [line.id for line in endpoint_lines[3:6]] == ['endpoint.shard_notrun'] * 3
@@ -558,22 +577,22 @@ def test_a_shard_network_that_cannot_be_made_is_not_run_and_the_rest_runs(image_
 
 def test_the_proxy_network_failing_still_runs_the_shards(image_present):
     api = CanaryAPI(fail_create=[NET])
-    lines, _endpoint_lines, _iso = doctor(api).canary([member(0), member(1)])
+    lines, _endpoint_lines, _iso = run_canary(doctor(api), [member(0), member(1)])
     assert ids(lines) == [('canary.setup', 'notrun')] + SHARD_OK
     assert ('network rm', NET) not in api.calls and ('network rm', NET1) in api.calls
 
 
 def test_missing_probe_image_says_every_shard_did_not_run(monkeypatch):
-    monkeypatch.setattr(_doctor.dc, 'get_image', lambda client, name: None)
+    monkeypatch.setattr(dc, 'get_image', lambda client, name: None)
     api = CanaryAPI()
-    lines, _endpoint_lines, _iso = doctor(api).canary([member(0), member(1)])
+    lines, _endpoint_lines, _iso = run_canary(doctor(api), [member(0), member(1)])
     assert ids(lines) == [('canary.setup', 'notrun')] + [('canary.shard_notrun', 'notrun')] * 5
     assert api.calls == []
 
 
 def test_a_stuck_shard_probe_keeps_only_its_shard_network(image_present):
     api = CanaryAPI(stuck=['pi-dispatch-egress-probe-shard-1-deny-%d' % OWN])
-    lines, _endpoint_lines, _iso = doctor(api).canary([member(0), member(1)])
+    lines, _endpoint_lines, _iso = run_canary(doctor(api), [member(0), member(1)])
     kept = [line for line in lines if line.id == 'canary.cleanup_kept']
     assert len(kept) == 1 and kept[0].message.startswith('Egress canary: %s is kept' % NET1)
     assert ('network rm', NET1) not in api.calls and ('network rm', NET) in api.calls
@@ -613,7 +632,7 @@ def test_isolation_finds_the_member_that_carries_each_job_network(monkeypatch, c
     monkeypatch.setattr(_doctor_isolation._jobnet_lifecycle, 'teardown_job_network',
                         lambda client, job_id, **kwargs: None)
     api = IsolationAPI({nets['a'].network: (PROXY, '10.47.0.9'), nets['b'].network: (carrier_b, '10.47.0.17')})
-    lines = doctor(api, isolation=True).isolation()
+    lines = _doctor_isolation.IsolationCheck().lines(doctor(api, isolation=True).ctx)
     assert not [line for line in lines if 'has no address' in line.message], lines
     scripts = dict((name, script) for name, (_net, script) in api.containers_made.items())
     # Peer a dials the address of b's carrier (the proxy or the shard) on the other network.

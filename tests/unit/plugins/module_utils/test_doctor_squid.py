@@ -286,10 +286,15 @@ class _SquidClient(object):
 ATTRS = {'Image': 'sha256:img', 'NetworkSettings': {'Networks': {'pi-job-x-net': {}, 'other': {}, 'up': {}}}}
 
 
+def squid_check(doc):
+    doc.ctx.attrs = ATTRS
+    return doc.checks['squid'].lines(doc.ctx)
+
+
 def test_candidate_from_a_throwaway_container_on_the_upstream_network():
     api = _SquidAPI(logs=output(0, UPDATE_OK, POLICY_FETCHED).encode())
     doc = _doctor.Doctor(_SquidClient(api), _doctor.DoctorOptions('p', '/nonexistent', 'img', environ={}, pid=4242))
-    lines = doc.squid_lines(ATTRS)
+    lines = squid_check(doc)
     assert [(line.id, line.status) for line in lines] == [('proxy.squid', 'ok'), ('proxy.squid_outdated', 'warn')]
     create = [call for call in api.calls if call[0] == 'create'][0]
     assert create[1] == 'sha256:img' and create[2]['user'] == 'root'
@@ -297,13 +302,13 @@ def test_candidate_from_a_throwaway_container_on_the_upstream_network():
     host = [call for call in api.calls if call[0] == 'host_config'][0][1]
     assert host['network_mode'] == 'up' and host['cap_drop'] == ['ALL']
     assert ('rm', 'pi-dispatch-egress-probe-squid-4242') in api.calls
-    assert 'pi-dispatch-egress-probe-squid-4242' not in doc._launched  # the canary teardown leaves it alone
+    assert 'pi-dispatch-egress-probe-squid-4242' not in doc.ctx.launched  # the canary teardown leaves it alone
 
 
 def test_candidate_container_gone_before_its_logs_is_a_not_run_line():
     api = _SquidAPI(logs_error=Exception('No such container: c1'))
     doc = _doctor.Doctor(_SquidClient(api), _doctor.DoctorOptions('p', '/nonexistent', 'img', environ={}, pid=4242))
-    lines = doc.squid_lines(ATTRS)
+    lines = squid_check(doc)
     assert [(line.id, line.status) for line in lines] == [('proxy.squid', 'ok'), ('proxy.squid_mirror_unread',
                                                                                   'notrun')]
     assert 'No such container' in lines[1].message
@@ -312,6 +317,6 @@ def test_candidate_container_gone_before_its_logs_is_a_not_run_line():
 def test_candidate_check_that_raises_is_a_line(monkeypatch):
     doc = _doctor.Doctor(_SquidClient(_SquidAPI()),
                          _doctor.DoctorOptions('p', '/nonexistent', 'img', environ={}, pid=1))
-    monkeypatch.setattr(doc, 'squid_candidate_version', lambda attrs: 1 / 0)
-    lines = doc.squid_lines(ATTRS)
+    monkeypatch.setattr(_doctor_squid, 'squid_candidate_version', lambda ctx: 1 / 0)
+    lines = squid_check(doc)
     assert lines[-1].id == 'proxy.squid_mirror_unread' and 'division by zero' in lines[-1].message

@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The doctor's probe containers: run one to its end on a network, or run one probe's curl and parse it.
+
+Shared by the canary (``canary.py``), the isolation check and the firewall
+probe. Every container started is named in ``ctx.launched`` (the canary's
+teardown removes them) and timed in ``ctx.timings`` under its key.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, Optional, Tuple
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import DoctorContext
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import parse_probe_output, probe_script
+
+
+def probe_env(ctx: DoctorContext) -> Tuple[str, Dict[str, str]]:
+    """(the proxy's URL, the environment a probe gets): what a job gets (docs/job-networks.md)."""
+    proxy_url = 'http://%s:%d' % (ctx.proxy, _rules.PROXY_PORT)
+    # Uppercase proxy variables only.
+    return proxy_url, {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
+                       'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
+
+
+def run_container(ctx: DoctorContext, key: str, name: str, script: str, net: str, results: dict, wait: int,
+                  address: Optional[str] = None) -> None:
+    """Run one probe container to its end; results[key] = (output text, None) or (None, why)."""
+    _proxy_url, env = probe_env(ctx)
+    api = ctx.client.api
+    started = time.monotonic()
+    with ctx.lock:
+        ctx.launched.append(name)
+    try:
+        try:
+            endpoint = api.create_endpoint_config(ipv4_address=address) if address else \
+                api.create_endpoint_config()
+            created = api.create_container(
+                ctx.probe_image, ['sh', '-c', script], name=name, detach=True, environment=env,
+                labels={LABEL: str(ctx.pid)},
+                host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
+                                                   cap_drop=['ALL']),
+                networking_config=api.create_networking_config({net: endpoint}))
+            api.start(created['Id'])
+        except Exception as exc:
+            results[key] = (None, 'the container could not start: %s' % dc.api_message(exc))
+            return
+        try:
+            api.wait(created['Id'], timeout=wait)
+        except Exception:
+            results[key] = (None, 'it did not finish within %ss' % wait)
+            return
+        logs = api.logs(created['Id'], stdout=True, stderr=True)
+        text = logs.decode('utf-8', 'replace') if isinstance(logs, bytes) else str(logs)
+        results[key] = (text, None)
+    finally:
+        ctx.timings[key] = time.monotonic() - started
+
+
+def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict, timeout: Optional[int] = None,
+              tunnel: bool = False, name: Optional[str] = None, connect_to: Optional[str] = None) -> None:
+    """One curl through the proxy in a probe container; results[probe] = (parsed output, None) or (None, why)."""
+    timeout = ctx.probe_timeout if timeout is None else timeout
+    proxy_url, _env = probe_env(ctx)
+    raw = {}
+    run_container(ctx, probe, name or probe_name(probe, ctx.pid),
+                  probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
+                  timeout + ctx.start_grace)
+    text, why = raw.get(probe, (None, 'it did not finish'))
+    if text is None:
+        results[probe] = (None, why)
+        return
+    parsed = parse_probe_output(text)
+    results[probe] = (parsed, None if parsed else 'the probe image printed no curl result (%s)'
+                      % (' '.join(text.split())[-200:] or 'no output; does it have sh and curl?'))
