@@ -220,7 +220,7 @@ def test_both_variants_install_idempotent_absent_identical(variant):
         if variant == 'legacy' and not before[1]:
             # iptables-legacy cannot unload a table: the IPv6 filter table the layer made stays, empty (documented).
             assert fw_table.strip_counters(after[1]) == ('*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n'
-                                                   ':OUTPUT ACCEPT [0:0]\nCOMMIT\n')
+                                                         ':OUTPUT ACCEPT [0:0]\nCOMMIT\n')
         else:
             assert fw_table.strip_counters(after[1]) == fw_table.strip_counters(before[1])
     finally:
