@@ -32,8 +32,8 @@ import os
 import re
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.endpoint_hosts import (  # noqa: F401 pylint: disable=unused-import
-    METADATA_ADDRESSES, REFUSED_V4, REFUSED_V6, HostRefused, classify_host)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.endpoint_hosts import (
+    HostRefused, classify_host)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.endpoint_hosts import type_name as _type_name
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.jobpool import DEFAULT_POOL
