@@ -204,19 +204,15 @@ def main():
                            mutually_exclusive=[('replay_allowlist', 'replay_entries'),
                                                ('current_allowlist', 'current_from_proxy')])
     p = module.params
-    if p['limit'] < 0 or p['top'] < 1:
-        module.fail_json(msg='limit must be 0 or more and top at least 1. Nothing was read.')
     replaying = p['replay_allowlist'] is not None or p['replay_entries'] is not None
     if replaying and not p['deploy_dir'] and not (p['current_allowlist'] or p['current_from_proxy']):
         module.fail_json(msg='A replay compares under the current allowlist: give deploy_dir, current_allowlist or '
                              'current_from_proxy. Nothing was read.')
     folder = p['folder'] or os.path.join(p['deploy_dir'], _decisions.DEFAULT_FOLDER)
     try:
-        since = _decisions.parse_time(p['since'], key='since')
-        until = _decisions.parse_time(p['before'], key='before')
-        _decisions.check_filters(job=p['job'], host=p['host'], verdict=p['verdict'], reason=p['reason'])
-        records, problems, warnings = _decisions.read_records(folder, since=since, until=until)
-        files = _decisions.log_files(folder)[0]
+        result, matched, warnings = _decisions.query(
+            folder, job=p['job'], host=p['host'], verdict=p['verdict'], reason=p['reason'], since=p['since'],
+            before=p['before'], limit=p['limit'], top=p['top'])
     except _decisions.DecisionsError as exc:
         module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:
@@ -224,10 +220,6 @@ def main():
                              % (folder, exc))
     for warning in warnings:
         module.warn(warning)
-    matched = _decisions.select(records, job=p['job'], host=p['host'], verdict=p['verdict'], reason=p['reason'])
-    shown = matched[-p['limit']:] if p['limit'] else []
-    result = dict(changed=False, folder=folder, files=files, problems=problems, count=len(matched),
-                  records=shown, summary=_decisions.summarize(matched, top=p['top']))
     if replaying:
         if p['replay_allowlist'] is not None:
             candidate = _decisions.entries_of(_read_text(module, p['replay_allowlist'], 'replay_allowlist'))

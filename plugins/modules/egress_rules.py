@@ -153,7 +153,6 @@ decision:
       type: str
 '''
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
@@ -189,6 +188,17 @@ def _decision(module, p, compared):
     return decision
 
 
+def _restored(module, p, result):
+    """The result of putting the backup ``restore_from`` back."""
+    restored = _refresh.restore(p['deploy_dir'], p['restore_from'], check_mode=module.check_mode)
+    result.update(changed=restored['changed'], restored=restored['changed'], path=restored['path'],
+                  backup=restored['backup'])
+    if module._diff and restored['changed']:
+        result['diff'] = dict(before_header=restored['path'], after_header=restored['backup'],
+                              prepared=restored['diff'])
+    return result
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dc.argument_spec(dict(
@@ -208,21 +218,8 @@ def main():
                   path=None, packaged=_refresh.PACKAGED_NAME)
     try:
         if p['restore_from']:
-            restored = _refresh.restore(p['deploy_dir'], p['restore_from'], check_mode=module.check_mode)
-            result.update(changed=restored['changed'], restored=restored['changed'], path=restored['path'],
-                          backup=restored['backup'])
-            if module._diff and restored['changed']:
-                result['diff'] = dict(before_header=restored['path'], after_header=restored['backup'],
-                                      prepared=restored['diff'])
-            module.exit_json(**result)
-
-        packaged, packaged_name = None, _refresh.PACKAGED_NAME
-        if p['source']:
-            if os.path.islink(p['source']) or not os.path.isfile(p['source']):
-                module.fail_json(msg='source %s is missing, a symlink or not a regular file.' % p['source'])
-            with open(p['source'], 'r') as handle:
-                packaged = handle.read()
-            packaged_name = p['source']
+            module.exit_json(**_restored(module, p, result))
+        packaged, packaged_name = _refresh.read_source(p['source'])
         compared = _refresh.plan_refresh(p['deploy_dir'], packaged, packaged_name=packaged_name)
         result.update(differs=compared['differs'], path=compared['path'], packaged=packaged_name)
         decision = _decision(module, p, compared) if p['proxy_name'] else None

@@ -49,8 +49,8 @@ def decisions_line(folder, now=None, window=WINDOW, top=TOP):
                     fix='run site.yml: the proxy role makes the folder (egress_decision_log_dir) and mounts it '
                         '(proxy image and rules from 0.3.0)')
     try:
-        records, problems, _warnings = _decisions.read_records(folder, since=now - window)
-        files = _decisions.log_files(folder)[0]
+        log = _decisions.read_log(folder, since=now - window)
+        records, problems, files = log.records, log.problems, log.files
     except _decisions.DecisionsError as exc:
         return Line('decisions.unreadable', 'warn', 'Decision log: %s could not be read (%s)' % (folder, exc),
                     fix='name the real folder in egress_decision_log_dir and run site.yml')

@@ -151,8 +151,18 @@ def parse_line(line):
     return record
 
 
-def read_records(folder, since=None, until=None, max_problems=20):
-    """(records in time order, problems, warnings) from every file of the folder within [since, until].
+class DecisionLog(object):
+    """What one read of the folder found: ``records`` (time order), ``problems``, ``warnings``, ``files``."""
+
+    def __init__(self, records, problems, warnings, files):
+        self.records = records
+        self.problems = problems
+        self.warnings = warnings
+        self.files = files
+
+
+def read_log(folder, since=None, until=None, max_problems=20):
+    """A :class:`DecisionLog` of every file of the folder within [since, until], the folder listed once.
 
     A line that is not a decision record is a problem naming its file and line (at most
     ``max_problems`` are listed; the count is always complete in the last one).
@@ -172,7 +182,31 @@ def read_records(folder, since=None, until=None, max_problems=20):
     if bad > len(problems):
         problems.append('%d lines in all were not decision records' % bad)
     records.sort(key=lambda r: r['epoch'])
-    return records, problems, warnings
+    return DecisionLog(records, problems, warnings, files)
+
+
+def read_records(folder, since=None, until=None, max_problems=20):
+    """(records in time order, problems, warnings): :func:`read_log` without the file list."""
+    log = read_log(folder, since, until, max_problems)
+    return log.records, log.problems, log.warnings
+
+
+def query(folder, job=None, host=None, verdict=None, reason=None, since=None, before=None, limit=50, top=10):
+    """egress_decisions' reading: (result dict, the matched records, warnings). DecisionsError for bad filters.
+
+    ``since``/``before`` are the module's texts (:func:`parse_time`); ``limit`` records are shown (0:
+    none), ``top`` rows per summary table. Reads nothing when an argument is wrong.
+    """
+    if limit < 0 or top < 1:
+        raise DecisionsError('limit must be 0 or more and top at least 1. Nothing was read.')
+    start = parse_time(since, key='since')
+    end = parse_time(before, key='before')
+    check_filters(job=job, host=host, verdict=verdict, reason=reason)
+    log = read_log(folder, since=start, until=end)
+    matched = select(log.records, job=job, host=host, verdict=verdict, reason=reason)
+    result = dict(changed=False, folder=folder, files=log.files, problems=log.problems, count=len(matched),
+                  records=matched[-limit:] if limit else [], summary=summarize(matched, top=top))
+    return result, matched, log.warnings
 
 
 def _read_file(path, since, until, records, problems, max_problems):

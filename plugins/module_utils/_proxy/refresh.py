@@ -177,6 +177,19 @@ def _create_backup(path, now=None):
     raise RefreshError('Could not find a free backup name beside %s; nothing was changed.' % path)
 
 
+def read_source(source):
+    """(text, name) of the rules to compare against: the packaged copy, or the file ``source`` names.
+
+    RefreshError for a source that is missing, a symlink or not a regular file (nothing was read).
+    """
+    if not source:
+        return None, PACKAGED_NAME
+    if os.path.islink(source) or not os.path.isfile(source):
+        raise RefreshError('source %s is missing, a symlink or not a regular file.' % source)
+    with open(source, 'r') as handle:
+        return handle.read(), source
+
+
 def plan_refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
     """What a refresh would do (check mode): the comparison plus the backup it would make."""
     result = compare(deploy_dir, packaged, packaged_name)

@@ -221,3 +221,32 @@ def test_every_reason_has_a_description_and_the_allowed_ones_are_reasons():
 def test_a_lines_time_is_read_like_parse_time_with_the_seconds_cached(text):
     assert D._line_epoch(text) == pytest.approx(D.parse_time(text))
     assert D._line_epoch(text) == pytest.approx(D.parse_time(text))   # the cached second gives the same
+
+
+@pytest.mark.parametrize('kwargs, count, shown, words', [
+    (dict(), 3, 3, None),
+    (dict(limit=1), 3, 1, None),
+    (dict(limit=0), 3, 0, None),
+    (dict(job='job-2'), 1, 1, None),
+    (dict(verdict='refused'), 2, 2, None),
+    (dict(host='b.test', verdict='refused'), 1, 1, None),
+    (dict(limit=-1), None, None, 'limit must be 0 or more'),
+    (dict(top=0), None, None, 'top at least 1'),
+    (dict(since='yesterday'), None, None, 'since'),
+    (dict(verdict='maybe'), None, None, 'verdict'),
+])
+def test_query_reads_the_folder_once_and_reports_what_it_shows(tmp_path, kwargs, count, shown, words):
+    folder = str(tmp_path / 'decisions')
+    os.mkdir(folder)
+    write(folder, 'p.decisions.jsonl', [record(job='job-1', host='a.test', verdict='refused', reason='unlisted'),
+                                        record(job='job-2', host='b.test', verdict='refused', reason='unlisted'),
+                                        record(job='job-3', host='c.test')])
+    if words:
+        with pytest.raises(D.DecisionsError) as info:
+            D.query(folder, **kwargs)
+        assert words in str(info.value)
+        return
+    result, matched, warnings = D.query(folder, **kwargs)
+    assert (result['count'], len(result['records']), len(matched), warnings) == (count, shown, count, [])
+    assert result['files'] == [os.path.join(folder, 'p.decisions.jsonl')] and result['folder'] == folder
+    assert result['changed'] is False and result['problems'] == []

@@ -350,3 +350,17 @@ def test_a_failed_rules_write_takes_its_backup_away_again(folder, monkeypatch):
         _refresh.refresh(str(folder), now=NOW)
     assert 'The file is unchanged' in str(caught.value) and 'removed again' in str(caught.value)
     assert listing(folder) == ['egress-proxy.conf']
+
+
+def test_read_source_is_the_packaged_copy_or_a_regular_file(tmp_path):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import refresh as R
+    assert R.read_source(None) == (None, R.PACKAGED_NAME)
+    good = tmp_path / 'rules.conf'
+    good.write_text('http_access deny all\n')
+    assert R.read_source(str(good)) == ('http_access deny all\n', str(good))
+    link = tmp_path / 'link.conf'
+    link.symlink_to(good)
+    for bad in (str(link), str(tmp_path / 'missing.conf'), str(tmp_path)):
+        with pytest.raises(R.RefreshError) as info:
+            R.read_source(bad)
+        assert 'missing, a symlink or not a regular file' in str(info.value) and bad in str(info.value)
