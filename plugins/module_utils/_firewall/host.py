@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.params import (
     DEFAULT_PREFIX,
@@ -45,11 +46,11 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.table
 class Runner(object):
     """Runs a command, optionally inside a network namespace (tests: ``ip netns exec <ns>``)."""
 
-    def __init__(self, netns=None, timeout=30):
+    def __init__(self, netns: Optional[str] = None, timeout: float = 30) -> None:
         self.netns = netns
         self.timeout = timeout
 
-    def run(self, argv, stdin=None):
+    def run(self, argv: Sequence[str], stdin: Optional[str] = None) -> Tuple[int, str, str]:
         if self.netns:
             argv = ['ip', 'netns', 'exec', self.netns] + list(argv)
         try:
@@ -63,7 +64,7 @@ class Runner(object):
         return (proc.returncode, proc.stdout.decode('utf-8', 'replace'), proc.stderr.decode('utf-8', 'replace'))
 
 
-def parse_version(text):
+def parse_version(text: Optional[str]) -> Optional[str]:
     """'nft' or 'legacy' from ``iptables -V`` ("iptables v1.8.9 (nf_tables)" / "(legacy)"), else None.
 
     iptables before 1.8 prints no variant: that is legacy.
@@ -81,19 +82,19 @@ def parse_version(text):
 class Backend(object):
     """One family's iptables commands on this host."""
 
-    def __init__(self, family, variant, save, restore, version):
+    def __init__(self, family: str, variant: str, save: str, restore: str, version: str) -> None:
         self.family = family
         self.variant = variant
         self.save = save
         self.restore = restore
         self.version = version
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, str]:
         return dict(family=self.family, variant=self.variant, version=self.version, save=self.save,
                     restore=self.restore)
 
 
-def _binary(runner, name):
+def _binary(runner: Runner, name: str) -> Optional[str]:
     if runner.netns:
         return name  # resolved inside the namespace's exec, same PATH
     for folder in (os.environ.get('PATH') or '').split(os.pathsep) + ['/usr/sbin', '/sbin']:
@@ -103,7 +104,7 @@ def _binary(runner, name):
     return shutil.which(name)
 
 
-def detect(runner, family, variant='auto'):
+def detect(runner: Runner, family: str, variant: str = 'auto') -> Tuple[Optional[Backend], Optional[str]]:
     """(Backend, None) or (None, why): which iptables this host's ``iptables`` (``ip6tables``) is.
 
     ``variant`` 'auto' follows ``iptables -V`` (the Debian alternative Docker
@@ -127,14 +128,14 @@ def detect(runner, family, variant='auto'):
     return Backend(family, found, save, restore, out.strip()), None
 
 
-def _permission_hint(text):
+def _permission_hint(text: Optional[str]) -> str:
     low = (text or '').lower()
     if 'permission denied' in low or 'you must be root' in low or 'operation not permitted' in low:
         return ' Run it as root (become: true).'
     return ''
 
 
-def read_table(runner, backend):
+def read_table(runner: Runner, backend: Backend) -> str:
     """The filter table as text (``iptables-save -t filter``); raises FirewallError naming the fix."""
     rc, out, err = runner.run([backend.save, '-t', 'filter'])
     if rc != 0:
@@ -143,7 +144,7 @@ def read_table(runner, backend):
     return out
 
 
-def apply(runner, backend, script):
+def apply(runner: Runner, backend: Backend, script: str) -> None:
     """Feed ``script`` to ``iptables-restore --noflush`` (one atomic transaction per family)."""
     rc, out, err = runner.run([backend.restore, '-w', '10', '--noflush'], stdin=script)
     if rc != 0:
@@ -156,21 +157,23 @@ def apply(runner, backend, script):
 # Converging: both families, planned, then applied
 # --------------------------------------------------------------------------
 
-def _full_save_has_filter(runner, backend):
+def _full_save_has_filter(runner: Runner, backend: Backend) -> bool:
     """Whether this family's filter table exists at all (``iptables-save`` without -t lists only existing ones)."""
     rc, out, _err = runner.run([backend.save])
     return rc != 0 or any(line.strip() == '*filter' for line in out.splitlines())
 
 
-def _empty_builtin(table):
+def _empty_builtin(table: Optional[Table]) -> bool:
     return (table is not None and all(not rules for rules in table.rules.values())
             and set(table.chains) <= {'INPUT', 'FORWARD', 'OUTPUT'}
             and all(policy == 'ACCEPT' for policy in table.chains.values()))
 
 
-def converge(networks, runner, state='present', prefix=DEFAULT_PREFIX, pool=None, names=None,
-             upstream=DEFAULT_UPSTREAM, base_ports=None, endpoint_port_list=None, endpoints=False, ipv6=True,
-             variant='auto', check_mode=False):
+def converge(networks: Optional[List[Dict[str, Any]]], runner: Runner, state: str = 'present',
+             prefix: str = DEFAULT_PREFIX, pool: Optional[str] = None, names: Optional[Sequence[str]] = None,
+             upstream: Optional[str] = DEFAULT_UPSTREAM, base_ports: Optional[Sequence[int]] = None,
+             endpoint_port_list: Optional[Sequence[int]] = None, endpoints: bool = False, ipv6: bool = True,
+             variant: str = 'auto', check_mode: bool = False) -> Dict[str, Any]:
     """Make this host's iptables match (both families); the module's whole job.
 
     ``networks``: the daemon's network list (``client.api.networks()``).

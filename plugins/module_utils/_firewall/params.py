@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import jobpool as _jobpool
 
@@ -45,7 +46,7 @@ class FirewallError(ValueError):
 # Names and parameters (pure)
 # --------------------------------------------------------------------------
 
-def validate_prefix(prefix):
+def validate_prefix(prefix: Any) -> str:
     """The chain-name prefix: upper-case letters, digits, '-' and '_', so every chain fits in 28 characters."""
     longest = max(len(kind) for kind in KINDS) + 1
     if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix) or len(prefix) + longest > CHAIN_MAX:
@@ -60,13 +61,13 @@ def validate_prefix(prefix):
     return prefix
 
 
-def chain_names(prefix=DEFAULT_PREFIX):
+def chain_names(prefix: str = DEFAULT_PREFIX) -> Dict[str, str]:
     """kind -> chain name ('INPUT' -> 'PI-EGRESS-INPUT', ...)."""
     validate_prefix(prefix)
     return dict((kind, '%s-%s' % (prefix, kind)) for kind in KINDS)
 
 
-def validate_pool(pool):
+def validate_pool(pool: Any) -> Optional[str]:
     """None/'' (no pool rule) or an IPv4 network (string form)."""
     if pool in (None, ''):
         return None
@@ -81,7 +82,7 @@ def validate_pool(pool):
     return str(net)
 
 
-def validate_ports(ports, key='upstream_ports'):
+def validate_ports(ports: Optional[Iterable[Any]], key: str = 'upstream_ports') -> List[int]:
     out = []
     for port in ports or []:
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
@@ -90,7 +91,7 @@ def validate_ports(ports, key='upstream_ports'):
     return sorted(set(out))
 
 
-def validate_network_names(names):
+def validate_network_names(names: Optional[Iterable[Any]]) -> Optional[List[str]]:
     if names is None:
         return None
     for name in names:
@@ -99,7 +100,8 @@ def validate_network_names(names):
     return sorted(set(names))
 
 
-def params_comment(pool, upstream, ports, endpoints, networks, created_table=False):
+def params_comment(pool: Optional[str], upstream: Optional[str], ports: Optional[Sequence[int]], endpoints: bool,
+                   networks: Optional[Sequence[str]], created_table: bool = False) -> str:
     """The comment rule that opens ``<prefix>-INPUT``: what the module was asked, so the doctor can recompute.
 
     ``ports`` None means the upstream is not limited; ``networks`` None means
@@ -118,7 +120,7 @@ def params_comment(pool, upstream, ports, endpoints, networks, created_table=Fal
     return text
 
 
-def parse_params(comment):
+def parse_params(comment: Optional[str]) -> Optional[Dict[str, Any]]:
     """The parameters from :func:`params_comment`'s text, or None when it is not ours."""
     if not comment or not comment.startswith(PARAMS_TAG + ' '):
         return None
@@ -144,7 +146,7 @@ def parse_params(comment):
 # Ports the upstream may reach besides 80 and 443
 # --------------------------------------------------------------------------
 
-def endpoint_ports(deploy_dir):
+def endpoint_ports(deploy_dir: str) -> List[int]:
     """The declared model-endpoint ports in ``<deploy_dir>/model-endpoints.json`` (sorted)."""
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import names as _jobnet_names
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.params import (
@@ -39,7 +40,7 @@ _IFACE_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,15}\Z')
 # What the daemon says -> the networks the layer covers (pure)
 # --------------------------------------------------------------------------
 
-def bridge_of(attrs):
+def bridge_of(attrs: Dict[str, Any]) -> Optional[str]:
     """The host interface of a docker bridge network: its bridge.name option, else br-<id[:12]>. None otherwise."""
     if (attrs.get('Driver') or '') != 'bridge':
         return None
@@ -52,7 +53,7 @@ def bridge_of(attrs):
     return name if _IFACE_RE.match(name) else None
 
 
-def classify(attrs):
+def classify(attrs: Dict[str, Any]) -> Optional[str]:
     """'job', 'canary' or None for one network (list or inspect dict)."""
     name = attrs.get('Name') or ''
     labels = attrs.get('Labels') or {}
@@ -63,7 +64,7 @@ def classify(attrs):
     return None
 
 
-def _subnets(attrs):
+def _subnets(attrs: Dict[str, Any]) -> List[Union[ipaddress.IPv4Network, ipaddress.IPv6Network]]:
     out = []
     for cfg in ((attrs.get('IPAM') or {}).get('Config') or []):
         try:
@@ -78,28 +79,30 @@ class Net(object):
 
     __slots__ = ('name', 'id', 'bridge', 'kind', 'subnets')
 
-    def __init__(self, name, net_id, bridge, kind, subnets=()):
+    def __init__(self, name: Optional[str], net_id: Optional[str], bridge: str, kind: str,
+                 subnets: Iterable[Any] = ()) -> None:
         self.name = name
         self.id = net_id
         self.bridge = bridge
         self.kind = kind
         self.subnets = [str(s) for s in subnets]
 
-    def in_pool(self, pool):
+    def in_pool(self, pool: Optional[str]) -> bool:
         if not pool:
             return False
         pool_net = ipaddress.ip_network(pool)
         v4 = [ipaddress.ip_network(s) for s in self.subnets if ipaddress.ip_network(s).version == 4]
         return bool(v4) and all(s.subnet_of(pool_net) for s in v4)
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(name=self.name, id=self.id, bridge=self.bridge, kind=self.kind, subnets=list(self.subnets))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Net(%r)' % (self.as_dict(),)
 
 
-def select_networks(networks, names=None, upstream=None):
+def select_networks(networks: Optional[List[Dict[str, Any]]], names: Optional[Sequence[str]] = None,
+                    upstream: Optional[str] = None) -> Tuple[List[Net], Optional[Net], List[str]]:
     """(nets, upstream_net, notes) from the daemon's network list.
 
     ``names`` None: every job network (``pi-job-<id>-net`` or our job-id
@@ -163,7 +166,9 @@ class Ruleset(object):
     job networks created or removed since the last run).
     """
 
-    def __init__(self, family, prefix, chains, jumps, per_net, params, pool_bridges=(), nets=()):
+    def __init__(self, family: str, prefix: str, chains: Dict[str, List[str]], jumps: List[Tuple[str, str]],
+                 per_net: Dict[str, List[str]], params: str, pool_bridges: Iterable[str] = (),
+                 nets: Iterable[Net] = ()) -> None:
         self.family = family
         self.prefix = prefix
         self.chains = chains
@@ -173,19 +178,20 @@ class Ruleset(object):
         self.pool_bridges = set(pool_bridges)
         self.nets = list(nets)
 
-    def lines(self):
+    def lines(self) -> List[str]:
         out = ['-A %s -j %s' % (hook, chain) for hook, chain in self.jumps]
         for chain in sorted(self.chains):
             out.extend(self.chains[chain])
         return out
 
 
-def _quote(text):
+def _quote(text: str) -> str:
     return '"%s"' % text if (' ' in text or not text) else text
 
 
-def wanted(family, nets, upstream=None, pool=None, ports=None, prefix=DEFAULT_PREFIX, params='',
-           forward_hook=FORWARD_HOOK):
+def wanted(family: str, nets: Sequence[Net], upstream: Optional[Net] = None, pool: Optional[str] = None,
+           ports: Optional[Sequence[int]] = None, prefix: str = DEFAULT_PREFIX, params: str = '',
+           forward_hook: Optional[str] = FORWARD_HOOK) -> Ruleset:
     """The ruleset for one family (``ipv4`` / ``ipv6``). Pure.
 
     ``nets``: :class:`Net` list (job, canary or named networks);
@@ -250,7 +256,7 @@ def wanted(family, nets, upstream=None, pool=None, ports=None, prefix=DEFAULT_PR
     return Ruleset(family, prefix, chains, jumps, per_net, params, pool_bridges, nets)
 
 
-def empty(family, prefix=DEFAULT_PREFIX):
+def empty(family: str, prefix: str = DEFAULT_PREFIX) -> Ruleset:
     """The wanted state of ``state: absent``: none of our chains, none of our jumps."""
     validate_prefix(prefix)
     return Ruleset(family, prefix, {}, [], {}, '')
@@ -260,7 +266,7 @@ def empty(family, prefix=DEFAULT_PREFIX):
 # Rendering a ruleset
 # --------------------------------------------------------------------------
 
-def ruleset_lines(ruleset):
+def ruleset_lines(ruleset: Ruleset) -> List[str]:
     """A ruleset as lines: its jumps, then each chain (``:<chain>`` and its rules), as :func:`ours` shows a table."""
     out = ['-A %s -j %s' % (hook, chain) for hook, chain in ruleset.jumps]
     for chain in sorted(ruleset.chains):
@@ -269,7 +275,7 @@ def ruleset_lines(ruleset):
     return out
 
 
-def render_install(ruleset):
+def render_install(ruleset: Ruleset) -> str:
     """iptables-restore --noflush input that installs a ruleset on a table that has none of it (boot).
 
     For the restore unit: run after deleting our jumps (ignoring failures), it
@@ -287,7 +293,7 @@ def render_install(ruleset):
 # The daemon's networks -> the ruleset (pure)
 # --------------------------------------------------------------------------
 
-def forward_hook_for(table, family):
+def forward_hook_for(table: Any, family: str) -> str:
     """DOCKER-USER when this family's filter table has it. IPv6 without it (Docker's ip6tables off): FORWARD."""
     if table is not None and FORWARD_HOOK in table.chains:
         return FORWARD_HOOK
@@ -296,8 +302,10 @@ def forward_hook_for(table, family):
     return FORWARD_HOOK  # plan() then says DOCKER-USER is missing and how to fix it
 
 
-def compute(networks, family, table, prefix=DEFAULT_PREFIX, pool=None, names=None, upstream=None,
-            base_ports=None, endpoint_port_list=None, endpoints=False, created_table=False):
+def compute(networks: Optional[List[Dict[str, Any]]], family: str, table: Any, prefix: str = DEFAULT_PREFIX,
+            pool: Optional[str] = None, names: Optional[Sequence[str]] = None, upstream: Optional[str] = None,
+            base_ports: Optional[Sequence[int]] = None, endpoint_port_list: Optional[Sequence[int]] = None,
+            endpoints: bool = False, created_table: bool = False) -> Tuple[Ruleset, List[str]]:
     """The Ruleset for one family from the daemon's network list and the table now (for the hook). Pure.
 
     ``base_ports``: None (the upstream is not limited) or the TCP ports the

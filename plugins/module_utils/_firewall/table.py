@@ -14,6 +14,7 @@ the parameters an installed layer recorded.
 from __future__ import annotations
 
 import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.params import (
     FORWARD_HOOK,
@@ -22,7 +23,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.param
     chain_names,
     parse_params,
 )
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.rules import ruleset_lines
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall.rules import Ruleset, ruleset_lines
 
 # --------------------------------------------------------------------------
 # iptables-save (pure)
@@ -34,20 +35,20 @@ _COUNTERS_RE = re.compile(r'\[\d+:\d+\]')
 class Table(object):
     """One table of iptables-save output: chains (name -> policy, in order) and rules per chain."""
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
         self.chains = {}
         self.order = []
         self.rules = {}
 
-    def add_chain(self, chain, policy):
+    def add_chain(self, chain: str, policy: str) -> None:
         if chain not in self.chains:
             self.order.append(chain)
             self.rules.setdefault(chain, [])
         self.chains[chain] = policy
 
 
-def parse_save(text):
+def parse_save(text: Optional[str]) -> Dict[str, Table]:
     """table name -> :class:`Table` from iptables-save output (counters dropped). Pure.
 
     Raises FirewallError on a line it does not understand, rather than
@@ -83,7 +84,7 @@ def parse_save(text):
     return tables
 
 
-def strip_counters(text):
+def strip_counters(text: Optional[str]) -> str:
     """iptables-save output without its comments and counters, for a byte comparison."""
     out = []
     for line in (text or '').splitlines():
@@ -99,7 +100,7 @@ def strip_counters(text):
 HOOKS = (INPUT_HOOK, FORWARD_HOOK, 'FORWARD')
 
 
-def _target(rule):
+def _target(rule: str) -> Optional[str]:
     words = rule.split()
     for flag in ('-j', '-g'):
         if flag in words[:-1]:
@@ -107,14 +108,14 @@ def _target(rule):
     return None
 
 
-def _jump_target(rule):
+def _jump_target(rule: str) -> Optional[str]:
     words = rule.split()
     if len(words) == 4 and words[0] == '-A' and words[2] == '-j':
         return words[3]
     return None
 
 
-def ours(table, prefix):
+def ours(table: Table, prefix: str) -> List[str]:
     """Our part of a filter table as lines: the jumps (with their position) and our chains' rules."""
     names = set(chain_names(prefix).values())
     lines = []
@@ -137,7 +138,7 @@ def ours(table, prefix):
 class Plan(object):
     """What :func:`plan` found: the actions, the iptables-restore input that does them, problems."""
 
-    def __init__(self, family):
+    def __init__(self, family: str) -> None:
         self.family = family
         self.actions = []
         self.script_lines = []
@@ -147,16 +148,16 @@ class Plan(object):
         self.after = []
 
     @property
-    def changed(self):
+    def changed(self) -> bool:
         return bool(self.actions)
 
-    def script(self):
+    def script(self) -> str:
         if not self.script_lines:
             return ''
         return '*filter\n' + '\n'.join(self.script_lines) + '\nCOMMIT\n'
 
 
-def plan(present, ruleset):
+def plan(present: Optional[Table], ruleset: Ruleset) -> Plan:
     """Compare one family's filter table (:class:`Table` or None) with a :class:`Ruleset`. Pure.
 
     Returns a :class:`Plan` whose script, fed to ``iptables-restore
@@ -238,7 +239,7 @@ def plan(present, ruleset):
 # The doctor's reading (pure)
 # --------------------------------------------------------------------------
 
-def currency(present, ruleset, existing_bridges=()):
+def currency(present: Optional[Table], ruleset: Ruleset, existing_bridges: Iterable[str] = ()) -> Tuple[str, List[str]]:
     """The doctor's reading of one family: (state, details). Pure.
 
     ``state``: 'absent' (none of our chains), 'jump-missing' (a chain is
@@ -297,12 +298,12 @@ def currency(present, ruleset, existing_bridges=()):
     return 'current', []
 
 
-def _some(rules, shown=3):
+def _some(rules: Sequence[str], shown: int = 3) -> str:
     more = ' and %d more' % (len(rules) - shown) if len(rules) > shown else ''
     return '"%s"%s' % ('", "'.join(rules[:shown]), more)
 
 
-def _vanished(rule, bridges_now):
+def _vanished(rule: str, bridges_now: Set[str]) -> bool:
     """True for a per-network rule whose bridge no longer exists (harmless; gone at the next run)."""
     words = rule.split()
     for flag in ('-i', '-o'):
@@ -317,7 +318,7 @@ def _vanished(rule, bridges_now):
 # An installed layer's parameters (pure)
 # --------------------------------------------------------------------------
 
-def present_params(table, prefix):
+def present_params(table: Optional[Table], prefix: str) -> Optional[Dict[str, Any]]:
     """The parameters comment of an installed layer (dict from :func:`parse_params`), or None."""
     chain = chain_names(prefix)['INPUT']
     for rule in (table.rules.get(chain, []) if table is not None else []):
