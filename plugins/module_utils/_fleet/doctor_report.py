@@ -16,6 +16,7 @@ the module writes.
 from __future__ import annotations
 
 import json
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import redact as _redact
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import GROUPS, LINES, STATUSES, SYMBOLS
@@ -32,16 +33,16 @@ _GROUP_OF = dict((item[0], item[1]) for item in LINES)
 _GROUP_TITLES = dict(GROUPS)
 
 
-def _text(value):
+def _text(value: Any) -> str:
     return u'' if value is None else u'%s' % (value,)
 
 
-def _first_line(text):
+def _first_line(text: Any) -> str:
     lines = _text(text).splitlines()
     return lines[0] if lines else u''
 
 
-def _reason(*candidates):
+def _reason(*candidates: Any) -> Optional[str]:
     """The first candidate that says something, redacted (None when none does)."""
     for value in candidates:
         if value is not None and _text(value).strip():
@@ -49,7 +50,7 @@ def _reason(*candidates):
     return None
 
 
-def _check_names(hosts, unreachable, reasons):
+def _check_names(hosts: Sequence[str], unreachable: Sequence[str], reasons: Dict[str, Any]) -> None:
     seen = set()
     for index, host in enumerate(hosts):
         if host in seen:
@@ -65,7 +66,7 @@ def _check_names(hosts, unreachable, reasons):
                              % (host,))
 
 
-def _clean_lines(index, host, lines):
+def _clean_lines(index: int, host: str, lines: Any) -> List[Dict[str, Any]]:
     """The result's lines, checked, with only the keys the report shows."""
     if not isinstance(lines, list):
         raise ValueError('results[%d] (host %s) has lines %r, not a list; %s' % (index, host, lines, FIX))
@@ -78,7 +79,7 @@ def _clean_lines(index, host, lines):
     return clean
 
 
-def host_row(index, host, result, unreachable=False, reason=None):
+def host_row(index: int, host: str, result: Any, unreachable: bool = False, reason: Any = None) -> Dict[str, Any]:
     """One host's row: host, status, summary, failed_lines, reason, lines (``index`` names it in errors)."""
     if result is not None and not isinstance(result, dict):
         raise ValueError('results[%d] (host %s) is %r, not a result dict or null; %s' % (index, host, result, FIX))
@@ -102,7 +103,7 @@ def host_row(index, host, result, unreachable=False, reason=None):
     return row
 
 
-def detail(row):
+def detail(row: Dict[str, Any]) -> str:
     """The table's last column: the first failing line's message (and how many more), or the reason."""
     failing = [line for line in row['lines'] if line['status'] == 'fail']
     if failing:
@@ -111,12 +112,12 @@ def detail(row):
     return _first_line(row['reason'])
 
 
-def table(rows):
+def table(rows: List[Dict[str, Any]]) -> List[str]:
     """``host status ok warn fail notrun detail``, one row per host, aligned (counts ``-`` without lines)."""
     width = max([len('host')] + [len(row['host']) for row in rows])
     status_width = max(len(status) for status in HOST_STATUSES)
 
-    def fmt(host, status, counts, text):
+    def fmt(host: str, status: str, counts: Sequence[Any], text: str) -> str:
         cells = ['%-*s' % (width, host), '%-*s' % (status_width, status)]
         cells += ['%*s' % (len(name), count) for name, count in zip(STATUSES, counts)]
         return (u'  '.join(cells) + u'  ' + text).rstrip()
@@ -129,18 +130,18 @@ def table(rows):
     return out
 
 
-def _group(line):
+def _group(line: Dict[str, Any]) -> str:
     if line.get('group') in _GROUP_TITLES:
         return line['group']
     return _GROUP_OF.get(line.get('id'), OTHER_GROUP[0])
 
 
-def _counts_text(counts):
+def _counts_text(counts: Dict[str, int]) -> str:
     return u'%d \u2713, %d \u26a0, %d \u2717, %d not run' % (
         counts['ok'], counts['warn'], counts['fail'], counts['notrun'])
 
 
-def host_lines(row):
+def host_lines(row: Dict[str, Any]) -> List[str]:
     """One host in the human report: ``== host: status ==``, then its lines grouped as the doctor prints them."""
     out = [u'== %s: %s ==' % (row['host'], row['status'])]
     if row['reason']:
@@ -160,14 +161,15 @@ def host_lines(row):
     return out
 
 
-def totals_of(rows):
+def totals_of(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, int]]:
     """Hosts per status, and the lines per status summed over the hosts the doctor ran on."""
     hosts = dict((status, sum(1 for row in rows if row['status'] == status)) for status in HOST_STATUSES)
     lines = dict((status, sum(row['summary'][status] for row in rows)) for status in STATUSES)
     return dict(hosts=hosts, lines=lines)
 
 
-def aggregate(hosts, results, unreachable=(), reasons=None):
+def aggregate(hosts: Sequence[str], results: Sequence[Any], unreachable: Optional[Iterable[str]] = (),
+              reasons: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The fleet report of the play's ``hosts`` given ``results`` (same order; None: no result).
 
     Returns ``table``, ``lines``, ``hosts`` (one row per host), ``totals`` and ``fleet_failed``
@@ -193,13 +195,13 @@ def aggregate(hosts, results, unreachable=(), reasons=None):
                 fleet_failed=any(row['status'] != 'ok' for row in rows))
 
 
-def json_document(report):
+def json_document(report: Dict[str, Any]) -> str:
     """The JSON file: ``{hosts, totals, failed}``, sorted and indented, with a final newline."""
     return json.dumps(dict(hosts=report['hosts'], totals=report['totals'], failed=report['fleet_failed']),
                       indent=2, sort_keys=True) + '\n'
 
 
-def write_json(path, text, check_mode=False):
+def write_json(path: str, text: str, check_mode: bool = False) -> bool:
     """Write ``text`` to ``path`` unless it is there already; True when it changed (check mode: would)."""
     try:
         with open(path) as handle:

@@ -11,6 +11,7 @@ fix, instead of the traceback a module would die with later.
 from __future__ import annotations
 
 import sys
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _firewall_host
 
@@ -19,7 +20,7 @@ MIN_SDK = (7, 0)
 MIN_API = (1, 41)
 
 
-def version_tuple(text):
+def version_tuple(text: Any) -> Tuple[int, ...]:
     """``'7.1.0'`` -> ``(7, 1, 0)``; the digits before anything else in each part."""
     parts = []
     for piece in str(text).split('.'):
@@ -34,11 +35,11 @@ def version_tuple(text):
     return tuple(parts)
 
 
-def _dotted(parts):
+def _dotted(parts: Sequence[int]) -> str:
     return '.'.join(str(p) for p in parts)
 
 
-def check_python(version_info=None, executable=None):
+def check_python(version_info: Optional[Sequence[int]] = None, executable: Optional[str] = None) -> Optional[str]:
     version_info = tuple(version_info or sys.version_info[:3])
     if version_info[:2] < MIN_PYTHON:
         return ('Python %s at %s is older than %s; set ansible_python_interpreter to a Python %s or newer'
@@ -46,7 +47,7 @@ def check_python(version_info=None, executable=None):
     return None
 
 
-def check_sdk(sdk_version, executable):
+def check_sdk(sdk_version: Optional[str], executable: str) -> Optional[str]:
     """``sdk_version``: the installed docker SDK's version, or None when it cannot be imported."""
     fix = ("install it there (Debian: 'apt-get install python3-docker'; otherwise "
            "'%s -m pip install \"docker>=%s\"'), or set ansible_python_interpreter to a Python that has it"
@@ -59,7 +60,7 @@ def check_sdk(sdk_version, executable):
     return None
 
 
-def check_libraries(missing, executable):
+def check_libraries(missing: Optional[Sequence[str]], executable: str) -> Optional[str]:
     """``missing``: the Python packages the modules need here that did not import."""
     if not missing:
         return None
@@ -69,14 +70,14 @@ def check_libraries(missing, executable):
                                          executable, executable, ' '.join(missing)))
 
 
-def check_api(api_version, engine_version, where):
+def check_api(api_version: Any, engine_version: Optional[str], where: str) -> Optional[str]:
     if version_tuple(api_version) < MIN_API:
         return ('the Docker Engine at %s is %s (API %s), older than API %s; upgrade the engine on this host'
                 % (where, engine_version, api_version, _dotted(MIN_API)))
     return None
 
 
-def iptables_variant(runner):
+def iptables_variant(runner: _firewall_host.Runner) -> Dict[str, Optional[str]]:
     """dict(variant, version, why): this host's ``iptables`` as ``iptables -V`` names it (``runner``: a
     ``_firewall_host.Runner``). ``variant`` is 'nft' or 'legacy', None when it cannot be told (``why``)."""
     backend, why = _firewall_host.detect(runner, 'ipv4')

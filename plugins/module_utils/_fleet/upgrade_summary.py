@@ -10,6 +10,8 @@ printed), one line per reached host, a table and JSON rows with each host's outc
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional, Sequence
+
 GROUPS = ('refreshed', 'restarted', 'started', 'created', 'replaced', 'rolled back', 'refused', 'failed',
           'left alone', 'not reached')
 STEP_GROUPS = {'restart': 'restarted', 'unpause+restart': 'restarted', 'start': 'started', 'create': 'created',
@@ -18,13 +20,13 @@ NOT_REACHED = 'not reached (the play stopped before this host, or it was unreach
 OUTCOMES = ('upgraded', 'unchanged', 'rolled back', 'refused', 'failed', 'not reached')
 
 
-def _truthy(value):
+def _truthy(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ('true', 'yes', '1', 'on')
     return bool(value)
 
 
-def groups_of(report):
+def groups_of(report: Optional[Dict[str, Any]]) -> List[str]:
     """The summary groups one host's report puts it in (a refreshed host may also be restarted)."""
     if report is None:
         return ['not reached']
@@ -43,7 +45,7 @@ def groups_of(report):
     return found
 
 
-def outcome_of(report):
+def outcome_of(report: Optional[Dict[str, Any]]) -> str:
     """One word per host for the table: upgraded, unchanged, rolled back, refused, failed, not reached."""
     first = groups_of(report)[0]
     if first in ('rolled back', 'refused', 'failed', 'not reached'):
@@ -51,7 +53,7 @@ def outcome_of(report):
     return 'unchanged' if first == 'left alone' else 'upgraded'
 
 
-def host_line(host, report, check_mode=False):
+def host_line(host: str, report: Dict[str, Any], check_mode: bool = False) -> str:
     message = (report.get('message') or '').splitlines()
     line = '%s: %s%s - %s' % (host, report.get('action'), ' (check mode)' if check_mode else '',
                               message[0] if message else '')
@@ -60,7 +62,8 @@ def host_line(host, report, check_mode=False):
     return line
 
 
-def summarize(hosts, reports, check_mode=False):
+def summarize(hosts: Sequence[str], reports: Sequence[Optional[Dict[str, Any]]],
+              check_mode: bool = False) -> Dict[str, Any]:
     """Summary of the play's ``hosts`` given ``reports`` (same order; None: not reached)."""
     if len(hosts) != len(reports):
         raise ValueError('hosts has %d names but reports has %d entries; give one report (or null) per host'
