@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
     EngineError,
@@ -31,12 +31,12 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_
 # An answer, or no answer
 # --------------------------------------------------------------------------
 
-def status_404(exc):
+def status_404(exc: BaseException) -> bool:
     """True when the daemon answered 404 (no such network or container)."""
     return getattr(getattr(exc, 'response', None), 'status_code', None) == 404
 
 
-def connection_failed(exc):
+def connection_failed(exc: BaseException) -> bool:
     """True when the daemon gave no answer at all (nothing was decided).
 
     docker.errors.APIError derives from requests' HTTPError, which derives
@@ -54,7 +54,7 @@ def connection_failed(exc):
     return name in ('ConnectionError', 'ReadTimeout', 'ConnectTimeout', 'Timeout') or isinstance(exc, OSError)
 
 
-def as_engine_error(what, exc):
+def as_engine_error(what: str, exc: BaseException) -> EngineError:
     """``exc`` as EngineError (the daemon answered) or EngineUnavailable (it did not); ``what`` prefixes it."""
     if isinstance(exc, EngineError):
         return exc
@@ -71,7 +71,7 @@ _MEMOS = weakref.WeakKeyDictionary()
 _MEMO_LOCK = threading.Lock()
 
 
-def client_memo(client):
+def client_memo(client: Any) -> Dict[Any, Any]:
     """A dict that lives as long as ``client`` does: what create and teardown learnt about its daemon.
 
     Keyed by the client object (one client talks to one daemon), so a new client starts with
@@ -106,23 +106,23 @@ def inspect_job_network(client: Any, name: str) -> Optional[Dict[str, Any]]:
     return attrs
 
 
-def proxy_on(attrs, proxy_name):
+def proxy_on(attrs: Dict[str, Any], proxy_name: str) -> bool:
     """True when ``proxy_name`` has an active endpoint in a network's inspect dict."""
     return any((c or {}).get('Name') == proxy_name for c in (attrs.get('Containers') or {}).values())
 
 
-def _already_connected(message):
+def _already_connected(message: str) -> bool:
     text = message.lower()
     return 'already exists in network' in text or 'already attached' in text or 'already connected' in text
 
 
-def _not_connected(message):
+def _not_connected(message: str) -> bool:
     text = message.lower()
     return ('is not connected' in text or 'not connected to' in text or 'no such container' in text
             or ('container' in text and 'not found' in text))
 
 
-def connect_proxy(client, net_ref, proxy_name, aliases=None):
+def connect_proxy(client: Any, net_ref: str, proxy_name: str, aliases: Optional[List[str]] = None) -> bool:
     """Attach the proxy (or a shard, with ``aliases``); True when attached now, False when it already was."""
     try:
         client.api.connect_container_to_network(proxy_name, net_ref, aliases=aliases)
@@ -135,7 +135,7 @@ def connect_proxy(client, net_ref, proxy_name, aliases=None):
     return True
 
 
-def disconnect(client, container, net_ref):
+def disconnect(client: Any, container: str, net_ref: str) -> bool:
     """Force-detach; True when detached, False when it was not attached."""
     try:
         client.api.disconnect_container_from_network(container, net_ref, force=True)
@@ -149,7 +149,7 @@ def disconnect(client, container, net_ref):
     return True
 
 
-def remove_network(client, net_ref):
+def remove_network(client: Any, net_ref: str) -> bool:
     """True when removed, False when it was already gone."""
     try:
         client.api.remove_network(net_ref)
@@ -162,13 +162,13 @@ def remove_network(client, net_ref):
     return True
 
 
-def summary_name(summary):
+def summary_name(summary: Dict[str, Any]) -> str:
     """A container's name from its ``containers()`` summary (else its short id)."""
     names = summary.get('Names') or []
     return names[0].lstrip('/') if names else summary.get('Id', '')[:12]
 
 
-def list_networks(client):
+def list_networks(client: Any) -> List[Dict[str, Any]]:
     """Every network the daemon has (one listing)."""
     try:
         return client.api.networks()

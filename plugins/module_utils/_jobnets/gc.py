@@ -12,7 +12,7 @@ and removes over the daemon; :func:`sweep_lines` reports a sweep's result.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -72,25 +72,27 @@ _KEEP_ORDER = ('job-running', 'member-running', 'job-created', 'job-stopped', 'm
 class SweepDecision(object):
     """``action`` is 'remove', 'keep' or None (not a candidate)."""
 
-    def __init__(self, action, job_id=None, reason=None, detach=None, remove_containers=None):
+    def __init__(self, action: Optional[str], job_id: Optional[str] = None, reason: Optional[str] = None,
+                 detach: Optional[Iterable[str]] = None, remove_containers: Optional[Iterable[str]] = None) -> None:
         self.action = action
         self.job_id = job_id
         self.reason = reason
         self.detach = list(detach or [])
         self.remove_containers = list(remove_containers or [])
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, SweepDecision) and self.__dict__ == other.__dict__
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'SweepDecision(%r)' % (self.__dict__,)
 
 
-def decide_sweep(name, labels, created, members, now, min_age=0, proxy_name=PROXY_NAME,
-                 remove_exited_jobs=False, id_prefix=''):
+def decide_sweep(name: str, labels: Optional[Dict[str, str]], created: Optional[float],
+                 members: Optional[Sequence[Dict[str, Any]]], now: float, min_age: float = 0,
+                 proxy_name: str = PROXY_NAME, remove_exited_jobs: bool = False, id_prefix: str = '') -> SweepDecision:
     """What the sweep does with one network. Pure.
 
     ``labels``: the network's labels; ``created``: epoch seconds or None;
@@ -151,7 +153,7 @@ def decide_sweep(name, labels, created, members, now, min_age=0, proxy_name=PROX
                          remove_containers=sorted(set(remove_containers)))
 
 
-def members_of(net_attrs, containers):
+def members_of(net_attrs: Dict[str, Any], containers: Iterable[Dict[str, Any]]) -> List[Dict[str, str]]:
     """[{'name', 'state'}] on a network, from the container list and its inspect.
 
     A stopped or created container is configured on a network without being
@@ -175,7 +177,7 @@ def members_of(net_attrs, containers):
     return sorted(out, key=lambda m: m['name'])
 
 
-def _resolve_missing(client, members):
+def _resolve_missing(client: Any, members: Iterable[Dict[str, str]]) -> List[Dict[str, str]]:
     """Re-read an active endpoint the container listing did not show.
 
     The containers are listed once, before the networks are inspected, so a
@@ -197,7 +199,7 @@ def _resolve_missing(client, members):
     return out
 
 
-def network_created(net_attrs):
+def network_created(net_attrs: Dict[str, Any]) -> Optional[float]:
     labels = net_attrs.get('Labels') or {}
     created = parse_time(labels.get(LABEL_CREATED))
     if created is None:
@@ -285,7 +287,7 @@ def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, pro
     return result
 
 
-def _sweep_shards(client, proxy_name, result, check_mode):
+def _sweep_shards(client: Any, proxy_name: str, result: Dict[str, Any], check_mode: bool) -> None:
     """Remove the proxy's shards that carry no job network any more (after the networks went).
 
     Under the daemon's job-network lock (_jobnet_lock), so a create on this host never attaches a
@@ -303,7 +305,8 @@ def _sweep_shards(client, proxy_name, result, check_mode):
         result['failed'].append(dict(network=None, job_id=None, step='lock', message=str(exc), done=[]))
 
 
-def _sweep_shards_held(client, proxy_name, result, check_mode, lock):
+def _sweep_shards_held(client: Any, proxy_name: str, result: Dict[str, Any], check_mode: bool,
+                       lock: Optional[_jobnet_lock.Held]) -> None:
     try:
         family = _shards.members(client, proxy_name)
     except EngineError as exc:
@@ -326,7 +329,7 @@ def _sweep_shards_held(client, proxy_name, result, check_mode, lock):
                                          message=str(exc), done=[]))
 
 
-def _execute_removal(client, net_id, decision):
+def _execute_removal(client: Any, net_id: str, decision: SweepDecision) -> Optional[Tuple[str, str, List[str]]]:
     """None on success, else (step, daemon message, actions already done)."""
     done = []
     for cname in decision.remove_containers:

@@ -12,9 +12,10 @@ again). Re-exported by ``jobnet.py``, the published job-network API
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -107,11 +108,11 @@ class JobNetwork(object):
                     subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
                     changed=self.changed, actions=list(self.actions), proxy=self.proxy)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'JobNetwork(%r)' % (self.as_dict(),)
 
 
-def _ownership_problem(attrs, job_id):
+def _ownership_problem(attrs: Dict[str, Any], job_id: str) -> Optional[str]:
     """None when the network may be treated as ours, else why not (for errors)."""
     labels = attrs.get('Labels') or {}
     if LABEL_JOB_ID in labels:
@@ -127,7 +128,7 @@ def _ownership_problem(attrs, job_id):
 # Create and teardown
 # --------------------------------------------------------------------------
 
-def _overlap_refused(message):
+def _overlap_refused(message: str) -> bool:
     """The daemon refused the subnet as taken: Docker's "Pool overlaps with other one on this address
     space" or "networks have overlapping IPv4", Podman's "subnet ... is already used on the host or by
     another config"."""
@@ -135,7 +136,8 @@ def _overlap_refused(message):
     return 'overlap' in text or 'is already used' in text
 
 
-def _existing_job_network(client, name, job_id, proxy_name, env, cname, check_mode, shard_bound=0):
+def _existing_job_network(client: Any, name: str, job_id: str, proxy_name: str, env: Dict[str, str], cname: str,
+                          check_mode: bool, shard_bound: Optional[int] = 0) -> Optional[JobNetwork]:
     attrs = inspect_job_network(client, name)
     if attrs is None:
         return None
@@ -169,7 +171,7 @@ def _existing_job_network(client, name, job_id, proxy_name, env, cname, check_mo
                       changed=bool(actions), actions=actions, proxy=carrier)
 
 
-def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
+def _carrier_for(client: Any, proxy_name: str, shard_bound: Optional[int], check_mode: bool = False) -> str:
     """The name of the family member a new job network gets (in check mode: what it would be).
 
     :func:`_shards.pick` from what the client remembers (as a rule two container inspects); only
@@ -195,7 +197,7 @@ def _carrier_for(client, proxy_name, shard_bound, check_mode=False):
     return chosen.name
 
 
-def _attach(client, net_id, net_name, proxy_name, shard_bound):
+def _attach(client: Any, net_id: str, net_name: str, proxy_name: str, shard_bound: Optional[int]) -> str:
     """Attach the chosen family member (a shard with the proxy's name as its alias). Returns its name.
 
     A shard removed between the choice and the attach (its last job went meanwhile) is chosen
@@ -216,7 +218,8 @@ def _attach(client, net_id, net_name, proxy_name, shard_bound):
     return carrier  # pragma: no cover - the loop returns or raises
 
 
-def _make_network(client, memo, name, labels, pool, prefix, routes):
+def _make_network(client: Any, memo: Dict[Any, Any], name: str, labels: Dict[str, str], pool: str, prefix: int,
+                  routes: Optional[Sequence[Any]]) -> Tuple[Optional[str], Optional[ipaddress.IPv4Network]]:
     """Create ``name`` on a free subnet of the pool: (network id, subnet), or (None, None) when it exists.
 
     Called under the daemon's lock (_jobnet_lock), so no creator on this host picks at the same
@@ -347,8 +350,9 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
                             routes, shard_bound)
 
 
-def _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix, routes,
-                 shard_bound):
+def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job_id: str, name: str, cname: str,
+                 env: Dict[str, str], labels: Dict[str, str], proxy_name: str, pool: str, prefix: int,
+                 routes: Optional[Sequence[Any]], shard_bound: Optional[int]) -> JobNetwork:
     """The create of :func:`create_job_network` under the daemon's lock (``lock``: _jobnet_lock.Held)."""
     for _round in (1, 2):
         net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes)
@@ -383,7 +387,7 @@ def _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_nam
                       actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
 
 
-def _configured_on(client, memo, net_id, name):
+def _configured_on(client: Any, memo: Dict[Any, Any], net_id: str, name: str) -> Tuple[List[Dict[str, Any]], bool]:
     """The containers configured on the network but not running, and True; (all of them, False) on a
     daemon that refuses the state filter (Podman knows no ``restarting`` or ``dead``), which the
     client then remembers."""

@@ -38,6 +38,7 @@ import stat
 import tempfile
 import threading
 import time
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError
 
@@ -58,11 +59,11 @@ _THREAD_LOCK = threading.RLock()
 class LockTimeout(EngineError):
     """The lock was not free within the wait: another creator holds it (retryable)."""
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super(LockTimeout, self).__init__(message, retryable=True)
 
 
-def daemon_key(client):
+def daemon_key(client: Any) -> str:
     """Text naming the daemon ``client`` talks to, the same for every client of it on this host.
 
     A local socket is named by its device and inode (two paths to one socket are one daemon);
@@ -83,7 +84,7 @@ def daemon_key(client):
     return 'url:%s' % (getattr(api, 'base_url', None) or 'unknown')
 
 
-def lock_dir(environ=None):
+def lock_dir(environ: Optional[Mapping[str, str]] = None) -> str:
     """The folder of the lock files (see LOCK_DIR_ENV, LOCK_DIRS); the system's temporary folder last."""
     environ = os.environ if environ is None else environ
     chosen = environ.get(LOCK_DIR_ENV)
@@ -95,12 +96,12 @@ def lock_dir(environ=None):
     return tempfile.gettempdir()
 
 
-def lock_path(key, directory=None):
+def lock_path(key: str, directory: Optional[str] = None) -> str:
     digest = hashlib.sha256(key.encode('utf-8')).hexdigest()[:16]
     return os.path.join(directory or lock_dir(), '%s%s.lock' % (LOCK_PREFIX, digest))
 
 
-def _open(path):
+def _open(path: str) -> int:
     """An fd of the lock file (created 0666 when missing); a symlink or a non-file is refused."""
     flags = os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0)
     try:
@@ -130,7 +131,7 @@ def _open(path):
     return fd
 
 
-def _read_state(fd):
+def _read_state(fd: int) -> Dict[str, Any]:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         data = json.loads(os.read(fd, 4096).decode('utf-8') or '{}')
@@ -139,7 +140,7 @@ def _read_state(fd):
         return {}
 
 
-def _write_state(fd, state):
+def _write_state(fd: int, state: Dict[str, Any]) -> None:
     data = json.dumps(state, sort_keys=True).encode('utf-8')
     try:
         os.lseek(fd, 0, os.SEEK_SET)
@@ -149,7 +150,7 @@ def _write_state(fd, state):
         pass  # a read-only descriptor (another account's file): the generation is not raised
 
 
-def forget_daemon(memo):
+def forget_daemon(memo: Dict[Any, Any]) -> None:
     """Drop what a client remembers of its daemon's networks and proxy families (read again next)."""
     for key in list(memo):
         if key == 'subnets' or (isinstance(key, tuple) and key and key[0] == 'family'):
@@ -161,7 +162,7 @@ class Held(object):
     (``fresh``; when not, that memory is dropped here, so the holder reads the daemon again), and
     :meth:`changed` to raise it when the holder changed the daemon."""
 
-    def __init__(self, fd, path, state, memo):
+    def __init__(self, fd: int, path: str, state: Dict[str, Any], memo: Optional[Dict[Any, Any]]) -> None:
         self.fd = fd
         self.path = path
         self.state = state
@@ -173,10 +174,10 @@ class Held(object):
             forget_daemon(memo)
         self._changed = False
 
-    def changed(self):
+    def changed(self) -> None:
         self._changed = True
 
-    def close(self):
+    def close(self) -> None:
         if self._changed:
             self.generation += 1
             _write_state(self.fd, dict(generation=self.generation, pid=os.getpid(), at=int(time.time())))
@@ -185,7 +186,8 @@ class Held(object):
 
 
 @contextlib.contextmanager
-def held(client, memo=None, wait=LOCK_WAIT, directory=None, clock=time.monotonic, sleep=time.sleep):
+def held(client: Any, memo: Optional[Dict[Any, Any]] = None, wait: float = LOCK_WAIT, directory: Optional[str] = None,
+         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Iterator[Held]:
     """Hold the daemon's job-network lock for the ``with`` block; yields a :class:`Held`.
 
     ``memo`` (``_jobnet_engine.client_memo``) learns the generation; when it was behind, what it

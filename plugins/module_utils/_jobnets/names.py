@@ -113,14 +113,14 @@ def job_id_from_network_name(name: Any) -> Optional[str]:
     return job_id
 
 
-def format_time(epoch):
+def format_time(epoch: float) -> str:
     return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
 
 
 _TIME_RE = re.compile(r'^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$')
 
 
-def parse_time(text):
+def parse_time(text: Any) -> Optional[float]:
     """Epoch seconds for an RFC 3339 time (ours or the daemon's ``Created``), else None."""
     if not isinstance(text, str):
         return None
@@ -155,7 +155,7 @@ def job_labels(job_id: str, now: Optional[float] = None, host: Optional[str] = N
     }
 
 
-def proxy_url(proxy_name=PROXY_NAME, proxy_port=PROXY_PORT):
+def proxy_url(proxy_name: str = PROXY_NAME, proxy_port: int = PROXY_PORT) -> str:
     return 'http://%s:%d' % (proxy_name, int(proxy_port))
 
 

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine import list_networks
@@ -73,7 +73,7 @@ def pool_capacity(pool: str = DEFAULT_POOL, prefix: int = DEFAULT_PREFIX) -> int
     return 2 ** (prefix - net.prefixlen)
 
 
-def _as_networks(items):
+def _as_networks(items: Iterable[Any]) -> List[ipaddress.IPv4Network]:
     out = []
     for item in items:
         try:
@@ -85,7 +85,7 @@ def _as_networks(items):
     return out
 
 
-def _first_free(cand, end, size, intervals):
+def _first_free(cand: int, end: int, size: int, intervals: Sequence[Tuple[int, int]]) -> Optional[int]:
     """The first ``size``-aligned block at or after ``cand`` that ends by ``end`` and overlaps no interval."""
     for low, high in intervals:
         if cand + size - 1 < low:
@@ -97,7 +97,7 @@ def _first_free(cand, end, size, intervals):
     return cand if cand + size - 1 <= end else None
 
 
-def allocate_subnet(pool, prefix, taken, start=None):
+def allocate_subnet(pool: Any, prefix: Any, taken: Iterable[Any], start: Optional[int] = None) -> ipaddress.IPv4Network:
     """The lowest /``prefix`` of ``pool`` that overlaps nothing in ``taken``.
 
     ``taken`` is any iterable of IPv4 networks (or CIDR strings): existing
@@ -129,7 +129,7 @@ def allocate_subnet(pool, prefix, taken, start=None):
     return ipaddress.ip_network((cand, prefix))
 
 
-def parse_ip_json_routes(text):
+def parse_ip_json_routes(text: Optional[str]) -> List[ipaddress.IPv4Network]:
     """Destinations from ``ip -j route`` output; the default route is left out."""
     try:
         routes = json.loads(text or '[]')
@@ -146,7 +146,7 @@ def parse_ip_json_routes(text):
     return [n for n in out if n.prefixlen > 0]
 
 
-def parse_proc_net_route(text):
+def parse_proc_net_route(text: Optional[str]) -> List[ipaddress.IPv4Network]:
     """Destinations from /proc/net/route (little-endian hex); default route left out."""
     out = []
     for line in (text or '').splitlines()[1:]:
@@ -185,7 +185,7 @@ def read_host_routes() -> List[ipaddress.IPv4Network]:
         return []
 
 
-def network_subnets(networks):
+def network_subnets(networks: Iterable[Dict[str, Any]]) -> List[ipaddress.IPv4Network]:
     """IPv4 subnets used by docker networks (dicts as the Engine API lists them)."""
     out = []
     for net in networks:
@@ -195,7 +195,7 @@ def network_subnets(networks):
     return out
 
 
-def subnet_of(net):
+def subnet_of(net: Dict[str, Any]) -> Optional[str]:
     """A network's first IPv4 subnet as text (inspect or list dict), else None."""
     subs = network_subnets([net])
     return str(subs[0]) if subs else None
@@ -205,12 +205,12 @@ def subnet_of(net):
 # Picking a free subnet on the daemon
 # --------------------------------------------------------------------------
 
-def route_subnets(routes):
+def route_subnets(routes: Optional[Iterable[Any]]) -> List[ipaddress.IPv4Network]:
     """``routes`` as networks; None reads this host's routes."""
     return read_host_routes() if routes is None else _as_networks(routes)
 
 
-def taken_subnets(nets, routes):
+def taken_subnets(nets: Iterable[Dict[str, Any]], routes: Optional[Iterable[Any]]) -> List[ipaddress.IPv4Network]:
     """What a new subnet must not overlap: the networks' subnets and the routes (None: this host's)."""
     return network_subnets(nets) + route_subnets(routes)
 
@@ -251,21 +251,21 @@ class SubnetBook(object):
     overlap and create lists again (:func:`subnet_book` with ``refresh``).
     """
 
-    def __init__(self, nets, read_at):
+    def __init__(self, nets: Iterable[Dict[str, Any]], read_at: float) -> None:
         self.read_at = read_at
         self._count = collections.Counter(network_subnets(nets))
         self._lock = threading.Lock()
 
-    def taken(self):
+    def taken(self) -> List[ipaddress.IPv4Network]:
         with self._lock:
             return list(self._count)
 
-    def add(self, subnet):
+    def add(self, subnet: Any) -> None:
         for net in _as_networks([subnet]):
             with self._lock:
                 self._count[net] += 1
 
-    def discard(self, subnet):
+    def discard(self, subnet: Any) -> None:
         for net in _as_networks([subnet] if subnet else []):
             with self._lock:
                 if self._count[net] > 1:
@@ -274,7 +274,8 @@ class SubnetBook(object):
                     self._count.pop(net, None)
 
 
-def subnet_book(client, memo, refresh=False, clock=time.monotonic):
+def subnet_book(client: Any, memo: Dict[Any, Any], refresh: bool = False,
+                clock: Callable[[], float] = time.monotonic) -> SubnetBook:
     """The client's :class:`SubnetBook` (``memo``: ``_jobnet_engine.client_memo(client)``).
 
     One network listing when there is none yet, when it is older than BOOK_SECONDS, or with
@@ -289,7 +290,7 @@ def subnet_book(client, memo, refresh=False, clock=time.monotonic):
     return book
 
 
-def forget_subnet(memo, subnet):
+def forget_subnet(memo: Dict[Any, Any], subnet: Any) -> None:
     """A network on ``subnet`` was removed: free it in the client's book (when it has one)."""
     book = memo.get('subnets')
     if book is not None and subnet:

@@ -41,11 +41,11 @@ class Verdict(object):
     def as_dict(self) -> Dict[str, Any]:
         return dict(verdict=self.verdict, retryable=self.retryable, state=self.state, message=self.message)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Verdict(%r)' % (self.as_dict(),)
 
 
-def verdict_for_state(state, proxy_name=PROXY_NAME):
+def verdict_for_state(state: Optional[str], proxy_name: str = PROXY_NAME) -> Verdict:
     """The preflight's decision from the proxy's docker state (None = no such container). Pure."""
     if state is None:
         return Verdict(PROXY_MISSING, False, None,
@@ -99,6 +99,6 @@ def lazy_client(docker_host: Optional[str] = None, timeout: int = 60, **options:
     builds the client; a runner that keeps one client pays that once.)
     ``options`` are the TLS options of :func:`_docker_client.connect`.
     """
-    def build():
+    def build() -> Any:
         return dc.build_client(docker_host, timeout, **options)
     return build
