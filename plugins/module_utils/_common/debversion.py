@@ -42,7 +42,7 @@ def parse(version: str) -> Tuple[int, str, str]:
     return epoch, upstream, revision
 
 
-def _order(char):
+def _order(char: str) -> int:
     if char == '~':
         return -1
     if char.isdigit():
@@ -52,7 +52,7 @@ def _order(char):
     return ord(char) + 256
 
 
-def _verrevcmp(a, b):
+def _verrevcmp(a: str, b: str) -> int:
     i = j = 0
     while i < len(a) or j < len(b):
         first_diff = 0

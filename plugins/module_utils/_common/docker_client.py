@@ -166,7 +166,7 @@ def connect(docker_host: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT, *
     retries = options.get('docker_retries')
     retries = DEFAULT_RETRIES if retries is None else retries
 
-    def attempt():
+    def attempt() -> Any:
         try:
             others = dict((k, v) for k, v in options.items() if k not in ('docker_host', 'docker_timeout'))
             client = build_client(docker_host, timeout, **others)
@@ -251,7 +251,7 @@ def read(what: str, call: Callable[[], T], retries: int = DEFAULT_RETRIES, missi
 
     Returns None for a 404 when ``missing`` is True; any other failure becomes EngineError.
     """
-    def attempt():
+    def attempt() -> Optional[T]:
         try:
             return call()
         except Exception as exc:

@@ -33,7 +33,7 @@ import errno
 import os
 import stat
 import tempfile
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, NoReturn, Optional, Union
 
 
 class WriteError(Exception):
@@ -88,7 +88,7 @@ def read(path: str) -> bytes:
         return handle.read()
 
 
-def _write_all(fd, data):
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -97,14 +97,14 @@ def _write_all(fd, data):
         view = view[written:]
 
 
-def _replace_content(fd, data):
+def _replace_content(fd: int, data: bytes) -> None:
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     _write_all(fd, data)
     os.fsync(fd)
 
 
-def _no_room_for(path, size):
+def _no_room_for(path: str, size: int) -> Optional[OSError]:
     """An OSError when ``size`` bytes cannot be written beside ``path`` now (a full or read-only file
     system), else None. The probe file is removed again either way."""
     try:
@@ -126,7 +126,7 @@ def _no_room_for(path, size):
         os.unlink(probe)
 
 
-def _cannot_open(path, exc):
+def _cannot_open(path: str, exc: OSError) -> str:
     if exc.errno == errno.EROFS:
         return ('Cannot open %s for writing: the file system is mounted read-only (%s). Nothing was written. '
                 'Remount it read-write (or move the deployment folder to a writable one), then run again.'
@@ -183,7 +183,7 @@ def write_in_place(path: str, content: Union[str, bytes],
         os.close(fd)
 
 
-def _restore(fd, path, exc, current, fallback):
+def _restore(fd: int, path: str, exc: OSError, current: bytes, fallback: Optional[Union[str, bytes]]) -> NoReturn:
     """The write of ``path`` failed with ``exc``: put ``current`` back (else ``fallback``), then raise."""
     try:
         _replace_content(fd, current)
@@ -205,7 +205,7 @@ def _restore(fd, path, exc, current, fallback):
                        'it serves. Free the disk (or fix the error), then run again.' % (path, exc))
 
 
-def _read_fd(fd):
+def _read_fd(fd: int) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
     chunks = []
     while True:
@@ -216,7 +216,7 @@ def _read_fd(fd):
     return b''.join(chunks)
 
 
-def _temp_beside(path, content, mode, owner=None):
+def _temp_beside(path: str, content: Union[str, bytes], mode: int, owner: Optional[os.stat_result] = None) -> str:
     """A temporary file in ``path``'s folder holding ``content`` (fsynced, ``mode``, ``owner``'s uid/gid)."""
     fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=os.path.dirname(path))
     try:
@@ -266,7 +266,7 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def keep_owner(fd, st):
+def keep_owner(fd: int, st: os.stat_result) -> None:
     try:
         os.fchown(fd, st.st_uid, st.st_gid)
     except OSError:  # not root: the file stays ours, which is who wrote the original anyway

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_probe
@@ -163,7 +163,7 @@ def lane_lines(ctx: DoctorContext, lane: ShardLane, jobs: list, results: dict) -
 
 # --- teardown --------------------------------------------------------------------------------------
 
-def teardown(ctx: DoctorContext, net: str, created: bool, shard_nets=()) -> List[Line]:
+def teardown(ctx: DoctorContext, net: str, created: bool, shard_nets: Sequence[Tuple[str, str]] = ()) -> List[Line]:
     """Remove this run's probes and networks; a line for anything that would not go.
 
     ``shard_nets``: (network, shard) of every shard lane that was set up or tried (a network
@@ -222,7 +222,7 @@ class CanaryCheck(Check):
     The isolation check's lines (or why it did not run) go to ``ctx.isolation_lines``.
     """
 
-    def __init__(self, isolation: Check):
+    def __init__(self, isolation: Check) -> None:
         self.isolation = isolation
 
     def lines(self, ctx: DoctorContext) -> List[Line]:
@@ -258,11 +258,11 @@ class CanaryCheck(Check):
         jobs = endpoint_jobs(ctx)
         shards = probed_shards(shards)
 
-        def unprobed(why):
+        def unprobed(why: str) -> List[Line]:
             return [endpoint_notrun_line(endpoint, ENDPOINT_PROBE_LABELS[kind], why)
                     for _key, endpoint, kind, _url, _t in jobs]
 
-        def not_set_up(why, fix=None):
+        def not_set_up(why: str, fix: Optional[str] = None) -> Tuple[List[Line], List[Line], List[Line]]:
             canary, endpoint_lines = shard_notrun_lines(shards, [(e, kind) for _k, e, kind, _u, _t in jobs], why)
             return ([Line('canary.setup', 'notrun', 'Egress canary could not be set up (%s), so no probe ran' % why,
                           fix=fix)] + canary, unprobed(why) + endpoint_lines, isolation_skipped(why))

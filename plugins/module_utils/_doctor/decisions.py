@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
@@ -25,21 +25,21 @@ READ_FIX = ('ansible-playbook pi_dispatch.egress.decisions -e egress_decisions_v
             '-e egress_decisions_since=1h')
 
 
-def own_probe(record):
+def own_probe(record: Dict[str, Any]) -> bool:
     """True for a request the doctor made itself (its canary network, its isolation check's jobs)."""
     network = record.get('network') or ''
     return network.startswith(NETWORK_PREFIX) or network.startswith(ISOLATION_NET_PREFIX)
 
 
-def _window_text(window):
+def _window_text(window: int) -> str:
     return 'hour' if window == 3600 else ('%d minutes' % (window // 60) if window % 60 == 0 else '%d s' % window)
 
 
-def _counts(rows):
+def _counts(rows: List[Dict[str, Any]]) -> str:
     return ', '.join('%s (%d)' % (row['name'], row['count']) for row in rows) or 'none'
 
 
-def decisions_line(folder, now=None, window=WINDOW, top=TOP):
+def decisions_line(folder: str, now: Optional[float] = None, window: int = WINDOW, top: int = TOP) -> Line:
     """The ``decisions.*`` line for the log in ``folder`` over the last ``window`` seconds."""
     now = time.time() if now is None else now
     span = _window_text(window)

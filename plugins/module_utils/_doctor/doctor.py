@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import jobpool as _jobpool
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import parse_pool
@@ -67,14 +67,14 @@ DEFAULT_ENDPOINT_TIMEOUT = 15  # the seed: no answer within 15 s means the serve
 
 # --- the report ------------------------------------------------------------------------------------
 
-def summary(lines):
+def summary(lines: Iterable[Line]) -> Dict[str, int]:
     counts = dict((status, 0) for status in STATUSES)
     for line in lines:
         counts[line.status] += 1
     return counts
 
 
-def render_report(lines):
+def render_report(lines: Sequence[Line]) -> str:
     """The human report: lines grouped, each with its symbol, fixes under them, a summary."""
     out = []
     for group, title in GROUPS:
@@ -94,7 +94,7 @@ def render_report(lines):
     return u'\n'.join(out) + u'\n'
 
 
-def json_lines(lines):
+def json_lines(lines: Iterable[Line]) -> str:
     """The same results, one JSON object per line (id, status, message, fix)."""
     return u''.join(json.dumps(line.as_dict(), sort_keys=True, ensure_ascii=False) + u'\n' for line in lines)
 
@@ -115,12 +115,16 @@ class DoctorOptions(object):
     locally by the doctor role), said in the ``canary.probe_image`` line.
     """
 
-    def __init__(self, proxy, deploy_dir, probe_image, provider_host=DEFAULT_PROVIDER_HOST,
-                 deny_host=DEFAULT_DENY_HOST, listed_host=None, probe_timeout=DEFAULT_PROBE_TIMEOUT,
-                 start_grace=DEFAULT_PROBE_START_GRACE, docker_host=None, check_mode=False, pid=None,
-                 environ=None, endpoint_timeout=DEFAULT_ENDPOINT_TIMEOUT, models_json=None, isolation=True,
-                 job_pool=_jobpool.DEFAULT_POOL, job_prefix=_jobpool.DEFAULT_PREFIX, squid_candidate=True,
-                 sweep=True, firewall=None, fallback_probe_image=None, decision_log_dir=None):
+    def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
+                 provider_host: str = DEFAULT_PROVIDER_HOST, deny_host: str = DEFAULT_DENY_HOST,
+                 listed_host: Optional[str] = None, probe_timeout: int = DEFAULT_PROBE_TIMEOUT,
+                 start_grace: int = DEFAULT_PROBE_START_GRACE, docker_host: Optional[str] = None,
+                 check_mode: bool = False, pid: Optional[int] = None, environ: Optional[Mapping[str, str]] = None,
+                 endpoint_timeout: int = DEFAULT_ENDPOINT_TIMEOUT, models_json: Optional[str] = None,
+                 isolation: bool = True, job_pool: str = _jobpool.DEFAULT_POOL,
+                 job_prefix: int = _jobpool.DEFAULT_PREFIX, squid_candidate: bool = True, sweep: bool = True,
+                 firewall: Optional[Dict[str, Any]] = None,
+                 fallback_probe_image: Optional[str] = None, decision_log_dir: Optional[str] = None) -> None:
         self.proxy = proxy
         self.decision_log_dir = decision_log_dir
         self.fallback_probe_image = fallback_probe_image
@@ -159,7 +163,7 @@ def default_checks() -> Dict[str, Check]:
 class _Background(object):
     """One check's ``lines(ctx)`` in a daemon thread; ``join`` gives its lines (none if it did not finish)."""
 
-    def __init__(self, check: Check, ctx: DoctorContext):
+    def __init__(self, check: Check, ctx: DoctorContext) -> None:
         self._out: List[Line] = []
         self._thread = threading.Thread(target=lambda: self._out.extend(check.lines(ctx)))
         self._thread.daemon = True
@@ -176,7 +180,7 @@ class Doctor(object):
     ``checks`` (default :func:`default_checks`) may replace a group with another :class:`Check`.
     """
 
-    def __init__(self, client: Any, options: DoctorOptions, checks: Optional[Dict[str, Check]] = None):
+    def __init__(self, client: Any, options: DoctorOptions, checks: Optional[Dict[str, Check]] = None) -> None:
         self.ctx = DoctorContext.build(client, options)
         self.checks = default_checks() if checks is None else checks
 

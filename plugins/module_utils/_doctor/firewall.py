@@ -28,7 +28,7 @@ import re
 import socket
 import threading
 import time
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _fw_host
@@ -52,22 +52,22 @@ FIX_ON = 'set %s: true and run ansible-playbook pi_dispatch.egress.site (docs/fi
 FIX_RERUN = 'ansible-playbook pi_dispatch.egress.site -e %s=true (puts the layer back as it should be)' % VARIABLE
 
 
-def probe_job_id(pid):
+def probe_job_id(pid: int) -> str:
     return 'doctor-%d-fw' % int(pid)
 
 
-def probe_network_name(pid):
+def probe_network_name(pid: int) -> str:
     return _jobnet_names.network_name(probe_job_id(pid))
 
 
-def probe_script(url, timeout):
+def probe_script(url: str, timeout: int) -> str:
     """One bounded direct connection (no proxy), then a parseable trailer: MARK rc code error."""
     return ("curl -sS --noproxy '*' --connect-timeout %d --max-time %d -o /dev/null -w '%%{http_code}' '%s' "
             ">/tmp/o 2>/tmp/e; rc=$?; echo \"%s $rc $(cat /tmp/o) $(head -c 200 /tmp/e | tr '\\n' ' ')\"\n"
             % (int(timeout), int(timeout) + 2, url, MARK))
 
 
-def parse_probe(text):
+def parse_probe(text: Optional[str]) -> Optional[Dict[str, Any]]:
     """dict(rc, code, error) from the probe's output, or None."""
     for raw in (text or '').splitlines():
         if raw.startswith(MARK + ' '):
@@ -82,7 +82,8 @@ def parse_probe(text):
     return None
 
 
-def classify_probe(result, why, hits, installed, target, net, timeout=DEFAULTS['probe_timeout']):
+def classify_probe(result: Optional[Dict[str, Any]], why: Optional[str], hits: int, installed: bool, target: str,
+                   net: str, timeout: int = DEFAULTS['probe_timeout']) -> Line:
     """The probe line. Pure.
 
     ``result``: :func:`parse_probe` output or None (then ``why``); ``hits``:
@@ -113,7 +114,8 @@ def classify_probe(result, why, hits, installed, target, net, timeout=DEFAULTS['
                 % (result['rc'], ': ' + result['error'] if result['error'] else ''))
 
 
-def presence_line(states, prefix, families):
+def presence_line(states: Dict[str, Tuple[str, List[str]]], prefix: str,
+                  families: Dict[str, str]) -> Tuple[Line, bool]:
     """The presence line from each family's (state, details). Pure.
 
     ``states``: family -> (state, details) for the families read;
@@ -148,19 +150,19 @@ def presence_line(states, prefix, families):
 class FirewallDoctor(object):
     """The daemon and host side, over the run's context ``ctx``; ``options``: the firewall options dict."""
 
-    def __init__(self, ctx: DoctorContext, options: Optional[dict] = None, runner=None):
+    def __init__(self, ctx: DoctorContext, options: Optional[dict] = None, runner: Any = None) -> None:
         self.ctx = ctx
         self.options = dict(DEFAULTS, **(options or {}))
         self.prefix = self.options['chain_prefix']
         self.runner = runner or _fw_host.Runner()
 
-    def _line(self, line_id, status, message, fix=None):
+    def _line(self, line_id: str, status: str, message: str, fix: Optional[str] = None) -> Line:
         return Line(line_id, status, message, fix=fix)
 
-    def local(self):
+    def local(self) -> bool:
         return daemon_locality(self.ctx.docker_host, self.ctx.environ)[0]
 
-    def run(self):
+    def run(self) -> List[Line]:
         if not self.options['enabled']:
             return []
         lines = []
@@ -175,7 +177,7 @@ class FirewallDoctor(object):
         return lines
 
     # --- presence -------------------------------------------------------------------------------
-    def presence(self):
+    def presence(self) -> Tuple[Line, bool]:
         try:
             _fw_params.validate_prefix(self.prefix)
             networks = self.ctx.client.api.networks()
@@ -222,7 +224,7 @@ class FirewallDoctor(object):
         return presence_line(states, self.prefix, variants)
 
     # --- the probe -------------------------------------------------------------------------------
-    def probe(self, installed):
+    def probe(self, installed: bool) -> Line:
         ctx = self.ctx
         client = ctx.client
         name = probe_network_name(ctx.pid)
@@ -267,7 +269,7 @@ class FirewallDoctor(object):
                 listener.stop()
             self._teardown(name, probe, created)
 
-    def _create_network(self, name):
+    def _create_network(self, name: str) -> str:
         """Create the probe's job network from the pool (a few tries when another creator wins a subnet)."""
         from docker.types import IPAMConfig, IPAMPool
         ctx = self.ctx
@@ -291,7 +293,7 @@ class FirewallDoctor(object):
             return str(next(subnet.hosts()))
         raise dc.EngineError('every subnet tried overlapped another network (%s)' % dc.api_message(last))
 
-    def _teardown(self, name, probe, created):
+    def _teardown(self, name: str, probe: str, created: bool) -> None:
         client = self.ctx.client
         try:
             client.api.remove_container(probe, force=True)
@@ -306,7 +308,7 @@ class FirewallDoctor(object):
                                             % (name, dc.api_message(exc)))
 
     # --- leftovers of a killed run -----------------------------------------------------------------
-    def sweep(self):
+    def sweep(self) -> List[Line]:
         ctx = self.ctx
         try:
             nets = ctx.client.api.networks(filters={'name': 'pi-job-doctor-'})
@@ -350,7 +352,7 @@ class FirewallDoctor(object):
 class Listener(object):
     """A TCP listener on ``address``:ephemeral in this process, counting accepted connections (bounded)."""
 
-    def __init__(self, address, lifetime=120):
+    def __init__(self, address: str, lifetime: float = 120) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((address, 0))
@@ -364,7 +366,7 @@ class Listener(object):
         self._thread.daemon = True
         self._thread.start()
 
-    def _serve(self):
+    def _serve(self) -> None:
         while not self._stop.is_set() and time.monotonic() < self._deadline:
             try:
                 conn, _peer = self.sock.accept()
@@ -379,7 +381,7 @@ class Listener(object):
                 pass
             conn.close()
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(2)
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
-from typing import List
+from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
@@ -30,7 +30,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes 
 ISOLATION_CONNECT_TIMEOUT = 3  # a dropped packet is a timeout; 3 s is plenty on one host
 
 
-def peer_address(subnet, peer='a'):
+def peer_address(subnet: str, peer: str = 'a') -> str:
     """The fixed address a peer takes on its job network: the subnet's last usable one for a, the one before for b.
 
     Distinct per peer, so that two peers that end up on one network (the
@@ -46,7 +46,7 @@ UNROUTED = ('Network is unreachable', 'No route to host')
 ERRNO_LINES = '^curl: |Network is unreachable|No route to host|Connection refused'
 
 
-def isolation_script(targets, timeout=ISOLATION_CONNECT_TIMEOUT, settle=1):
+def isolation_script(targets: Dict[str, str], timeout: int = ISOLATION_CONNECT_TIMEOUT, settle: int = 1) -> str:
     """Shell for one peer: the checks of ``targets`` (key -> URL) at once, each bounded, then a parseable trailer.
 
     Direct (``--noproxy '*'``): a job that ignores its proxy variables is what
@@ -70,7 +70,7 @@ def isolation_script(targets, timeout=ISOLATION_CONNECT_TIMEOUT, settle=1):
     return '\n'.join(parts) + '\n'
 
 
-def parse_isolation_output(text):
+def parse_isolation_output(text: Optional[str]) -> Optional[Dict[str, Dict[str, Any]]]:
     """key -> dict(code, rc, error) from a peer's output; None when a check's trailer is missing."""
     found = {}
     for raw in (text or '').splitlines():
@@ -85,7 +85,7 @@ def parse_isolation_output(text):
     return found if all(key in found for key in ISOLATION_CHECKS) else None
 
 
-def reached(check):
+def reached(check: Dict[str, Any]) -> bool:
     """Whether a direct connection got anything back: an HTTP answer, or a refused connection (curl exit 7).
 
     Docker drops traffic between networks, which is a timeout (exit 28), a
@@ -100,13 +100,13 @@ def reached(check):
     return not any(text in (check['error'] or '') for text in UNROUTED)
 
 
-def _check_text(check):
+def _check_text(check: Dict[str, Any]) -> str:
     if check['code']:
         return 'HTTP %d' % check['code']
     return 'curl exit %s%s' % (check['rc'], ': ' + check['error'] if check['error'] else '')
 
 
-def classify_isolation(peers):
+def classify_isolation(peers: Sequence[Dict[str, Any]]) -> Line:
     """One line from both peers' results.
 
     ``peers``: list of dict(peer, net, other, targets, result, why), ``result``

@@ -12,6 +12,8 @@ credentials from its message and fix.
 
 from __future__ import annotations
 
+from typing import Any, Dict, Optional
+
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import redact as _redact
 
 STATUSES = ('ok', 'warn', 'fail', 'notrun')
@@ -306,20 +308,20 @@ LINE_IDS = [item[0] for item in LINES]
 _BY_ID = dict((item[0], item) for item in LINES)
 
 
-def shape(line_id):
+def shape(line_id: str) -> str:
     """The catalogue's wording of ``line_id`` (for a line that has no placeholder)."""
     return _BY_ID[line_id][3]
 
 
 # --- the canary through a proxy shard: the proxy's lines, renamed -------------------------------------
 
-def shard_line_id(line_id):
+def shard_line_id(line_id: str) -> str:
     """The id of ``line_id``'s variant through a shard (``canary.deny`` -> ``canary.shard_deny``)."""
     group, _dot, rest = line_id.partition('.')
     return '%s.shard_%s' % (group, rest)
 
 
-def via_shard(text, shard):
+def via_shard(text: str, shard: str) -> str:
     """``text`` (a canary or endpoint line, or its shape) said of the probe through ``shard``. Pure.
 
     The shard goes into the head, before the first `` (``: "... through the proxy" becomes
@@ -339,7 +341,7 @@ def via_shard(text, shard):
 class Line(object):
     """One doctor line: id, status (ok/warn/fail/notrun), message, fix command."""
 
-    def __init__(self, line_id, status, message, fix=None):
+    def __init__(self, line_id: str, status: str, message: str, fix: Optional[str] = None) -> None:
         if line_id not in _BY_ID:
             raise ValueError('unknown doctor line id %r' % line_id)
         if status not in STATUSES:
@@ -352,12 +354,12 @@ class Line(object):
         self.fix = _redact.redact(fix) or None
 
     @property
-    def group(self):
+    def group(self) -> str:
         return _BY_ID[self.id][1]
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(id=self.id, status=self.status, message=_redact.redact(self.message),
                     fix=_redact.redact(self.fix) or None)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Line(%r, %r, %r, %r)' % (self.id, self.status, self.message, self.fix)

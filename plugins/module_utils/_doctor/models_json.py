@@ -19,10 +19,11 @@ from __future__ import annotations
 import errno
 import ipaddress
 import json
-
+from typing import Any, Callable, Collection, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 
 KEYLESS_VAR = 'PI_DISPATCH_KEYLESS'
 KEYLESS_API_KEY = '$' + KEYLESS_VAR
@@ -46,33 +47,33 @@ class Line(object):
 
     __slots__ = ('status', 'text', 'fix', 'kind')
 
-    def __init__(self, status, text, fix='', kind=''):
+    def __init__(self, status: str, text: str, fix: str = '', kind: str = '') -> None:
         self.status = status
         self.text = text
         self.fix = fix
         self.kind = kind
 
-    def __str__(self):
+    def __str__(self) -> str:
         return '%s %s%s' % (_MARK[self.status], self.text, (' Fix: %s' % self.fix) if self.fix else '')
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(status=self.status, text=self.text, fix=self.fix, kind=self.kind, line=str(self))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Line(%r, %r)' % (self.status, self.text)
 
 
 class ModelsJsonError(ValueError):
     """pi would refuse the file: ``where`` is a line/column or a field path."""
 
-    def __init__(self, message, where=''):
+    def __init__(self, message: str, where: str = '') -> None:
         super(ModelsJsonError, self).__init__(message)
         self.where = where
 
 
 # --- the reader (comments, BOM, trailing commas) ----------------------------------
 
-def strip_jsonc(text):
+def strip_jsonc(text: str) -> str:
     """JSON text with comments and trailing commas blanked (positions kept)."""
     if text.startswith('\ufeff'):
         text = ' ' + text[1:]
@@ -120,13 +121,13 @@ def strip_jsonc(text):
     return ''.join(out)
 
 
-def _position(text, index):
+def _position(text: str, index: int) -> Tuple[int, int]:
     line = text.count('\n', 0, index) + 1
     col = index - (text.rfind('\n', 0, index) + 1) + 1
     return line, col
 
 
-def loads(text):
+def loads(text: Union[str, bytes]) -> Any:
     """Decode overlay models.json text the way pi does; raise ModelsJsonError."""
     if isinstance(text, bytes):
         try:
@@ -143,30 +144,30 @@ def loads(text):
         raise ModelsJsonError('is not valid JSON (%s)' % getattr(exc, 'msg', exc), where)
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError('%s is not JSON' % name)
 
 
 # --- the schema pi applies (wrong type anywhere: the whole file is dropped) ---------
 
-def _is_num(v):
+def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _nonempty_str(v):
+def _nonempty_str(v: Any) -> bool:
     return isinstance(v, str) and len(v) >= 1
 
 
-def _str_map(v):
+def _str_map(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
 
 
-def _input_list(v):
+def _input_list(v: Any) -> bool:
     return isinstance(v, list) and all(x in ('text', 'image') for x in v)
 
 
-def _cost(required):
-    def check(v):
+def _cost(required: bool) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
         if not isinstance(v, dict):
             return False
         for key in ('input', 'output', 'cacheRead', 'cacheWrite'):
@@ -179,7 +180,7 @@ def _cost(required):
     return check
 
 
-def _compat(v):
+def _compat(v: Any) -> bool:
     if not isinstance(v, dict):
         return False
     field = v.get('maxTokensField', MAX_TOKENS)
@@ -202,7 +203,7 @@ PROVIDER_FIELDS = dict(name=_nonempty_str, baseUrl=_nonempty_str, apiKey=_nonemp
                        headers=_str_map, compat=_compat, authHeader=lambda v: isinstance(v, bool))
 
 
-def _describe(check, key):
+def _describe(check: Callable[[Any], bool], key: str) -> str:
     if check in _TYPE_TEXT:
         return _TYPE_TEXT[check]
     if key == 'cost':
@@ -214,7 +215,7 @@ def _describe(check, key):
     return 'of the right type'
 
 
-def _check_fields(obj, fields, where):
+def _check_fields(obj: Dict[str, Any], fields: Dict[str, Callable[[Any], bool]], where: str) -> None:
     for key, check in sorted(fields.items()):
         if key in obj and not check(obj[key]):
             raise ModelsJsonError('%s.%s is %s, which must be %s'
@@ -222,7 +223,7 @@ def _check_fields(obj, fields, where):
                                   '%s.%s' % (where, key))
 
 
-def validate(data):
+def validate(data: Any) -> Dict[str, Any]:
     """Raise ModelsJsonError where pi would refuse the decoded file."""
     if not isinstance(data, dict):
         raise ModelsJsonError('the top level is not an object', 'root')
@@ -261,7 +262,7 @@ def validate(data):
 
 # --- URLs --------------------------------------------------------------------------
 
-def url_host_port(url):
+def url_host_port(url: str) -> Optional[Tuple[str, int, bool]]:
     """(host, port, has_userinfo) of a baseUrl, host canonical; None when unparseable."""
     try:
         parts = urlsplit(url)
@@ -281,7 +282,7 @@ def url_host_port(url):
     return host, port, '@' in (parts.netloc or '')
 
 
-def is_loopback_host(host):
+def is_loopback_host(host: str) -> bool:
     if host == 'localhost' or host.endswith('.localhost'):
         return True
     try:
@@ -296,23 +297,23 @@ def is_loopback_host(host):
 
 # --- the checks --------------------------------------------------------------------
 
-def _q(name):
+def _q(name: Any) -> str:
     return json.dumps(name)
 
 
-def _max_tokens_field(provider, model):
+def _max_tokens_field(provider: Dict[str, Any], model: Dict[str, Any]) -> Any:
     for source in (model.get('compat'), provider.get('compat')):
         if isinstance(source, dict) and 'maxTokensField' in source:
             return source['maxTokensField']
     return 'max_completion_tokens'
 
 
-def _priced(model):
+def _priced(model: Dict[str, Any]) -> bool:
     cost = model.get('cost')
     return isinstance(cost, dict) and any(_is_num(v) and v != 0 for v in cost.values())
 
 
-def _api_key_problem(provider):
+def _api_key_problem(provider: Dict[str, Any]) -> Optional[str]:
     if 'apiKey' not in provider:
         return 'it has no apiKey (pi needs some key)'
     key = provider['apiKey']
@@ -325,7 +326,7 @@ def _api_key_problem(provider):
     return 'its apiKey is a literal key, not %s' % KEYLESS_API_KEY
 
 
-def _credentials(pname, provider):
+def _credentials(pname: str, provider: Dict[str, Any]) -> List[str]:
     found = []
     if provider.get('headers'):
         found.append('headers on the provider')
@@ -347,7 +348,8 @@ def _credentials(pname, provider):
     return found
 
 
-def check(text, endpoints, allowlist_hosts=(), known_providers=KNOWN_PROVIDERS, path='models.json'):
+def check(text: Optional[str], endpoints: Sequence[_endpoints.Endpoint], allowlist_hosts: Sequence[str] = (),
+          known_providers: Collection[str] = KNOWN_PROVIDERS, path: str = 'models.json') -> List[Line]:
     """Doctor's lines about the overlay models.json against the declared endpoints.
 
     ``text`` is the file's content (None when there is no overlay file);
@@ -456,7 +458,7 @@ def check(text, endpoints, allowlist_hosts=(), known_providers=KNOWN_PROVIDERS, 
     return lines
 
 
-def read_text(path):
+def read_text(path: str) -> Tuple[Optional[str], Optional[Line]]:
     """(text, None) or (None, Line) for a file doctor cannot read. A missing file is (None, None)."""
     try:
         with open(path, 'rb') as handle:

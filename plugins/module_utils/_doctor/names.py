@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Mapping, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import names as _jobnet_names
 
@@ -40,42 +41,42 @@ ISOLATION_NET_RE = re.compile(r'^pi-job-doctor-(\d+)-([ab])-net$')
 ISOLATION_NET_PREFIX = 'pi-job-doctor-'
 
 
-def network_name(pid):
+def network_name(pid: int) -> str:
     return '%s%d' % (NETWORK_PREFIX, int(pid))
 
 
-def probe_name(probe, pid):
+def probe_name(probe: str, pid: int) -> str:
     return '%s%s-%d' % (PROBE_PREFIX, probe, int(pid))
 
 
-def shard_network_name(pid, index):
+def shard_network_name(pid: int, index: int) -> str:
     """``pi-dispatch-egress-doctor-<pid>-shard-<n>``: the canary network through proxy shard ``index``."""
     return '%s%d-shard-%d' % (NETWORK_PREFIX, int(pid), int(index))
 
 
-def shard_key(index, key=''):
+def shard_key(index: int, key: str = '') -> str:
     """The probe key (and name part) of probe ``key`` through shard ``index``: ``shard-<n>-<key>``."""
     return 'shard-%d-%s' % (int(index), key)
 
 
-def shard_probe_name(index, probe, pid):
+def shard_probe_name(index: int, probe: str, pid: int) -> str:
     """``pi-dispatch-egress-probe-shard-<n>-<probe>-<pid>`` (PROBE_RE covers it, so the sweep does)."""
     return probe_name(shard_key(index, probe), pid)
 
 
-def network_shard(name):
+def network_shard(name: Optional[str]) -> Optional[int]:
     """The shard index in a shard canary network's name, or None."""
     match = SHARD_NET_RE.fullmatch(name or '')
     return int(match.group(2)) if match else None
 
 
-def probe_shard(name):
+def probe_shard(name: Optional[str]) -> Optional[int]:
     """The shard index in a shard probe's name, or None (the proxy's own probes and every other probe)."""
     match = SHARD_PROBE_RE.fullmatch((name or '').lstrip('/'))
     return int(match.group(1)) if match else None
 
 
-def parse_doctor_network(name):
+def parse_doctor_network(name: Optional[str]) -> Optional[int]:
     """The pid in a doctor network's name, or None when the name is not exactly one.
 
     Three shapes: the canary's ``pi-dispatch-egress-doctor-<pid>``, its shard
@@ -87,30 +88,30 @@ def parse_doctor_network(name):
     return int(match.group(1)) if match else None
 
 
-def probe_pid(name):
+def probe_pid(name: Optional[str]) -> Optional[int]:
     """The pid in a probe container's name, or None."""
     match = PROBE_RE.fullmatch((name or '').lstrip('/'))
     return int(match.group(2)) if match else None
 
 
-def isolation_job_id(pid, peer):
+def isolation_job_id(pid: int, peer: str) -> str:
     return 'doctor-%d-%s' % (int(pid), peer)
 
 
-def isolation_network_name(pid, peer):
+def isolation_network_name(pid: int, peer: str) -> str:
     return _jobnet_names.network_name(isolation_job_id(pid, peer))
 
 
-def peer_name(peer, pid):
+def peer_name(peer: str, pid: int) -> str:
     return probe_name('peer-%s' % peer, pid)
 
 
-def endpoint_probe_name(kind, endpoint_id, pid):
+def endpoint_probe_name(kind: str, endpoint_id: str, pid: int) -> str:
     """``pi-dispatch-egress-probe-endpoint-<kind>-<id>-<pid>`` (the seed's name; the sweep's PROBE_RE covers it)."""
     return probe_name('endpoint-%s-%s' % (kind, endpoint_id), pid)
 
 
-def daemon_locality(docker_host, environ=None):
+def daemon_locality(docker_host: Optional[str], environ: Optional[Mapping[str, str]] = None) -> Tuple[bool, str]:
     """(local, what_it_resolved) for the daemon the doctor talks to.
 
     Local only when the connection is a unix socket on this host: the default
@@ -127,7 +128,7 @@ def daemon_locality(docker_host, environ=None):
     return False, 'resolved %s, which is not a unix socket on this host' % host
 
 
-def pid_alive(pid):
+def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process on this host (signal 0)."""
     if pid <= 0:
         return True  # never claim a nonsense pid is dead

@@ -12,7 +12,7 @@ against the declared model endpoints. :func:`overlay_lines` and
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import Any, Callable, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
@@ -33,7 +33,7 @@ _OVERLAY_KINDS = {
 }
 
 
-def _overlay_line(check_line, path):
+def _overlay_line(check_line: _models_json.Line, path: Optional[str]) -> Line:
     """A doctor Line from a ``_models_json.Line``."""
     kind, status = check_line.kind, check_line.status
     if kind == 'keyless':
@@ -54,7 +54,9 @@ def _overlay_line(check_line, path):
     return Line(line_id, status, check_line.text, fix=fix)
 
 
-def overlay_lines(models_path, models_text, read_problem, endpoints, allowlist_entries, allowlist_problem=None):
+def overlay_lines(models_path: Optional[str], models_text: Optional[str], read_problem: Optional[_models_json.Line],
+                  endpoints: Sequence[Any], allowlist_entries: Optional[Sequence[str]],
+                  allowlist_problem: Optional[str] = None) -> List[Line]:
     """The overlay and allowlist lines.
 
     ``models_path``: the overlay models.json doctor was given (None: none given);
@@ -96,12 +98,12 @@ def overlay_lines(models_path, models_text, read_problem, endpoints, allowlist_e
 _ENTRY_RE = re.compile(r'^\.?[a-z0-9_.\-]+$')
 
 
-def public_suffix_checker():
+def public_suffix_checker() -> Callable[[str], Optional[str]]:
     """The allowlist's own rule (the Public Suffix List): one source for the validator and the doctor."""
     return _allowlist.public_suffix_covered
 
 
-def public_suffix_lines(path, text, covered):
+def public_suffix_lines(path: str, text: Optional[str], covered: Callable[[str], Optional[str]]) -> List[Line]:
     """A warning per allowlist entry that is a whole public suffix (files written before that rule).
 
     Reads the entries itself, so an entry today's validator refuses is still named.

@@ -19,6 +19,9 @@ networks.
 
 from __future__ import annotations
 
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 
 PROBES = ('provider', 'deny', 'plain', 'sni', 'tunnel_plain')
@@ -31,7 +34,7 @@ ENDPOINT_PROBE_LABELS = {'tunnel': 'tunnel', 'port': 'port-exact', 'plain': 'pla
 PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
 
 
-def probe_script(url, proxy_url, timeout, tunnel=False, connect_to=None):
+def probe_script(url: str, proxy_url: str, timeout: int, tunnel: bool = False, connect_to: Optional[str] = None) -> str:
     """The shell the probe container runs: one curl, bounded, with a parseable trailer.
 
     ``-k``: no credential is sent, so the certificate is not what is proved;
@@ -52,7 +55,7 @@ def probe_script(url, proxy_url, timeout, tunnel=False, connect_to=None):
             'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (' '.join(curl), PROBE_MARK, PROBE_MARK, PROBE_MARK))
 
 
-def parse_probe_output(text):
+def parse_probe_output(text: Optional[str]) -> Optional[Dict[str, Any]]:
     """dict(rc, code, connect, squid_error, headers, error) from the probe's output (None: no trailer)."""
     result = dict(rc=None, code=0, connect=0, squid_error=None, error='')
     section = None
@@ -84,12 +87,12 @@ def parse_probe_output(text):
     return result if found else None
 
 
-def no_answer(result):
+def no_answer(result: Dict[str, Any]) -> str:
     """What a probe that got no answer says: curl's exit and its error."""
     return 'no answer (curl exit %s%s)' % (result.get('rc'), ': ' + result['error'] if result.get('error') else '')
 
 
-def classify_provider(provider, result, why_not=None):
+def classify_provider(provider: str, result: Optional[Dict[str, Any]], why_not: Optional[str] = None) -> Line:
     if result is None:
         return notrun_line('provider', why_not or 'the probe printed no result')
     connect, code = result['connect'], result['code']
@@ -111,7 +114,7 @@ def classify_provider(provider, result, why_not=None):
                     'pi_dispatch.egress.site -e egress_proxy_state=reloaded)' % provider)
 
 
-def classify_deny(deny, result, why_not=None):
+def classify_deny(deny: str, result: Optional[Dict[str, Any]], why_not: Optional[str] = None) -> Line:
     if result is None:
         return notrun_line('deny', why_not or 'the probe printed no result')
     connect, code = result['connect'], result['code']
@@ -130,7 +133,7 @@ def classify_deny(deny, result, why_not=None):
                     'the proxy (ansible-playbook pi_dispatch.egress.site -e egress_proxy_state=restarted)' % deny)
 
 
-def classify_plain(listed, result, why_not=None):
+def classify_plain(listed: str, result: Optional[Dict[str, Any]], why_not: Optional[str] = None) -> Line:
     if result is None:
         return notrun_line('plain', why_not or 'the probe printed no result')
     code, error = result['code'], result.get('squid_error') or ''
@@ -149,13 +152,13 @@ def classify_plain(listed, result, why_not=None):
                     '-e egress_proxy_state=restarted)')
 
 
-def notrun_line(probe, why):
+def notrun_line(probe: str, why: str) -> Line:
     return Line('canary.notrun', 'notrun', 'Egress canary probe %s did not run (%s)' % (probe, why))
 
 
 # --- model endpoint probes: pure ------------------------------------------------------------
 
-def next_undeclared_port(port, declared_ports):
+def next_undeclared_port(port: int, declared_ports: Iterable[int]) -> Optional[int]:
     """The nearest port above ``port`` that nobody declared for that host, never 80 or 443.
 
     Below ``port`` only when nothing above is free; None when no port is left.
@@ -170,7 +173,8 @@ def next_undeclared_port(port, declared_ports):
     return None
 
 
-def endpoint_targets(endpoint, endpoints):
+def endpoint_targets(endpoint: _endpoints.Endpoint, endpoints: Iterable[_endpoints.Endpoint]
+                     ) -> List[Tuple[str, Optional[str], bool]]:
     """(kind, url, tunnel) for the three probes of ``endpoint``; the port probe is None without a free port."""
     host = _endpoint_host(endpoint)
     same_host = [e.port for e in endpoints if e.host == endpoint.host]
@@ -182,16 +186,17 @@ def endpoint_targets(endpoint, endpoints):
     ]
 
 
-def _endpoint_host(endpoint):
+def _endpoint_host(endpoint: _endpoints.Endpoint) -> str:
     return '[%s]' % endpoint.host if endpoint.kind == 'ipv6' else endpoint.host
 
 
-def _endpoint_fix():
+def _endpoint_fix() -> str:
     return ('ansible-playbook pi_dispatch.egress.endpoints (render and reload); if that changes nothing, compare '
             'deploy/egress-proxy.conf with the packaged rules')
 
 
-def classify_endpoint_tunnel(endpoint, result, timeout, why_not=None):
+def classify_endpoint_tunnel(endpoint: _endpoints.Endpoint, result: Optional[Dict[str, Any]], timeout: int,
+                             why_not: Optional[str] = None) -> Line:
     if result is None:
         return endpoint_notrun_line(endpoint, 'tunnel', why_not or 'the probe printed no result')
     connect, code, rc = result['connect'], result['code'], result.get('rc')
@@ -232,7 +237,8 @@ def classify_endpoint_tunnel(endpoint, result, timeout, why_not=None):
                 % (endpoint.id, head, what), fix=fix)
 
 
-def classify_endpoint_port(endpoint, url, result, why_not=None):
+def classify_endpoint_port(endpoint: _endpoints.Endpoint, url: Optional[str], result: Optional[Dict[str, Any]],
+                           why_not: Optional[str] = None) -> Line:
     if url is None:
         return endpoint_notrun_line(endpoint, 'port-exact', 'every other port of %s is declared' % endpoint.host)
     if result is None:
@@ -256,7 +262,8 @@ def classify_endpoint_port(endpoint, url, result, why_not=None):
                 "rules allow more than you declared" % (endpoint.id, target, what), fix=_endpoint_fix())
 
 
-def classify_endpoint_plain(endpoint, result, why_not=None):
+def classify_endpoint_plain(endpoint: _endpoints.Endpoint, result: Optional[Dict[str, Any]],
+                            why_not: Optional[str] = None) -> Line:
     if result is None:
         return endpoint_notrun_line(endpoint, 'plain-request', why_not or 'the probe printed no result')
     code, error = result['code'], result.get('squid_error') or ''
@@ -271,6 +278,6 @@ def classify_endpoint_plain(endpoint, result, why_not=None):
                 'rules allow more than a tunnel' % (endpoint.id, head, what), fix=_endpoint_fix())
 
 
-def endpoint_notrun_line(endpoint, probe, why):
+def endpoint_notrun_line(endpoint: _endpoints.Endpoint, probe: str, why: str) -> Line:
     return Line('endpoint.notrun', 'notrun', 'Model endpoint %s: the %s probe did not run (%s)'
                 % (endpoint.id, probe, why))

@@ -12,7 +12,7 @@ the files it mounts when the daemon is on this host).
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
@@ -28,7 +28,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names i
 
 # --- the model-endpoints include: pure -------------------------------------------------------
 
-def include_line(proxy, declared_ids, render, running, mounted, mounted_path, declaration_path, mounts_include):
+def include_line(proxy: str, declared_ids: Sequence[str], render: str, running: Optional[str], mounted: Optional[str],
+                 mounted_path: Optional[str], declaration_path: str, mounts_include: bool) -> Optional[Line]:
     """The include line, or None when nothing is declared and all agrees (doctor then says nothing).
 
     ``running``: the include as the running proxy reads it (None: unknown);
@@ -70,7 +71,7 @@ GUARD_REFRESH_FIX = ('ansible-playbook pi_dispatch.egress.upgrade -e egress_upgr
                      'packaged rules with a backup, lays out egress-guard.conf and renders it)')
 
 
-def _guard_comment(text, label):
+def _guard_comment(text: str, label: str) -> Optional[str]:
     prefix = '# %s: ' % label
     for line in text.splitlines():
         if line.startswith(prefix):
@@ -78,7 +79,7 @@ def _guard_comment(text, label):
     return None
 
 
-def attrs_gateways(attrs):
+def attrs_gateways(attrs: Dict[str, Any]) -> Dict[str, str]:
     """{gateway: network name} of every network in a container inspect."""
     found = {}
     for name, settings in sorted(((attrs.get('NetworkSettings') or {}).get('Networks') or {}).items()):
@@ -88,7 +89,9 @@ def attrs_gateways(attrs):
     return found
 
 
-def guard_line(proxy, running_rules, running_guard, mounts_guard, gateways=None, host_gateway=None, why=None):
+def guard_line(proxy: str, running_rules: Optional[str], running_guard: Optional[str], mounts_guard: bool,
+               gateways: Optional[Dict[str, str]] = None, host_gateway: Optional[str] = None,
+               why: Optional[str] = None) -> Line:
     """The guard line from what the running proxy reads.
 
     ``running_rules``/``running_guard``: the rules and the guard include as read inside the proxy
@@ -149,7 +152,7 @@ def guard_line(proxy, running_rules, running_guard, mounts_guard, gateways=None,
                 'opened: %s)' % (proxy, ', '.join(refused), len(nets), opened))
 
 
-def endpoints_rules_line(proxy, running_rules, declared_ids):
+def endpoints_rules_line(proxy: str, running_rules: Optional[str], declared_ids: Sequence[str]) -> Optional[Line]:
     """A fail line when endpoints are declared and the running rules cannot load them, else None."""
     if running_rules is None or not declared_ids or _rules.includes_endpoints(running_rules):
         return None
@@ -159,7 +162,7 @@ def endpoints_rules_line(proxy, running_rules, declared_ids):
                 fix=GUARD_REFRESH_FIX)
 
 
-def mounts_line(proxy, stale, count, why=None):
+def mounts_line(proxy: str, stale: Sequence[str], count: int, why: Optional[str] = None) -> Line:
     """``stale``: host paths whose content inside the proxy differs; ``why``: why nothing was compared."""
     if why:
         return Line('proxy.mounts_unchecked', 'notrun',
@@ -177,7 +180,7 @@ def mounts_line(proxy, stale, count, why=None):
 
 # --- proxy lines: pure ---------------------------------------------------------------------------
 
-def proxy_lines(proxy, attrs):
+def proxy_lines(proxy: str, attrs: Optional[Dict[str, Any]]) -> List[Line]:
     """Running and health lines from the proxy's inspect (None: no such container)."""
     if attrs is None:
         return [Line('proxy.missing', 'fail',
@@ -209,7 +212,7 @@ def proxy_lines(proxy, attrs):
 PACKAGED_FILE = 'plugins/module_utils/_policy/rules.py'
 
 
-def first_difference(text, packaged):
+def first_difference(text: str, packaged: str) -> Optional[Tuple[int, str, str]]:
     """(line number, folder's line, packaged line) of the first differing line, 1-based."""
     ours, theirs = text.splitlines(), packaged.splitlines()
     for number in range(max(len(ours), len(theirs))):
@@ -220,7 +223,7 @@ def first_difference(text, packaged):
     return None
 
 
-def rules_line(rules_path, text, error=None):
+def rules_line(rules_path: str, text: Optional[str], error: Optional[str] = None) -> Line:
     packaged = "%s in the pi_dispatch.egress collection, rules version %d" % (PACKAGED_FILE, _rules.RULES_VERSION)
     if error is not None:
         return Line('proxy.rules_unreadable', 'warn', 'Egress proxy rules: %s could not be read (%s)'

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -41,11 +41,11 @@ SHARD_SETUP_TIMEOUT = 30
 
 # --- the family: pure ------------------------------------------------------------------------------
 
-def _plural(count, word):
+def _plural(count: int, word: str) -> str:
     return '%d %s%s' % (count, word, '' if count == 1 else 's')
 
 
-def member_words(member):
+def member_words(member: _shards.Member) -> str:
     """``<name> (running, healthy, 3 job networks)``; a member that is not running shows its state only."""
     if member.running:
         what = 'running, %s' % (member.health or 'no health check')
@@ -54,7 +54,7 @@ def member_words(member):
     return '%s (%s, %s)' % (member.name, what, _plural(member.load, 'job network'))
 
 
-def family_lines(proxy, family):
+def family_lines(proxy: str, family: Sequence[_shards.Member]) -> List[Line]:
     """The family line and one line per shard that is not running or not healthy; [] without shards. Pure.
 
     ``family``: ``_shards.members()`` (the proxy first when it exists, then the shards by index).
@@ -74,7 +74,7 @@ def family_lines(proxy, family):
     return lines
 
 
-def shard_line(shard):
+def shard_line(shard: _shards.Member) -> Optional[Line]:
     """The line for one shard that is not running (✗, ⚠ when it carries no job) or not healthy; else None."""
     name = shard.name
     if not shard.running:
@@ -106,7 +106,7 @@ def shard_line(shard):
                     'check included: recreate the proxy with ansible-playbook pi_dispatch.egress.site)' % name)
 
 
-def shards_serving_line(proxy, serving):
+def shards_serving_line(proxy: str, serving: Sequence[_shards.Member]) -> Line:
     """The proxy is down while ``serving`` (running shards) still carry jobs: what that means. Pure."""
     jobs = sum(m.load for m in serving)
     return Line('proxy.shards_serving', 'warn',
@@ -118,20 +118,20 @@ def shards_serving_line(proxy, serving):
                     'do not remove them while their jobs run' % proxy)
 
 
-def shards_unread_line(proxy, why):
+def shards_unread_line(proxy: str, why: str) -> Line:
     return Line('proxy.shards_unread', 'warn',
                 'Egress proxy shards could not be listed (%s), so the canary ran through the proxy only' % why,
                 fix='docker ps -a --filter label=%s=%s' % (_shards.LABEL_SHARD_OF, proxy))
 
 
-def probed_shards(family):
+def probed_shards(family: Sequence[_shards.Member]) -> List[_shards.Member]:
     """The shards the canary runs through: every running one, by index. Pure."""
     return [m for m in family if m.is_shard and m.running]
 
 
 # --- lines through a shard: pure -------------------------------------------------------------------
 
-def through_shard(line, shard):
+def through_shard(line: Line, shard: str) -> Line:
     """The proxy's canary or endpoint ``line`` as the same probe's line through ``shard``. Pure."""
     fix = line.fix
     if fix and line.status in ('warn', 'fail'):
@@ -140,13 +140,14 @@ def through_shard(line, shard):
     return Line(shard_line_id(line.id), line.status, via_shard(line.message, shard), fix=fix)
 
 
-def shard_setup_line(shard, why):
+def shard_setup_line(shard: str, why: str) -> Line:
     return Line('canary.shard_setup', 'notrun',
                 via_shard('Egress canary could not be set up (%s), so no probe ran' % why, shard),
                 fix='docker network ls --filter name=%s; docker inspect %s' % (NETWORK_PREFIX, shard))
 
 
-def shard_notrun_lines(shards, endpoints, why):
+def shard_notrun_lines(shards: Sequence[_shards.Member], endpoints: Sequence[Tuple[Any, str]], why: str
+                       ) -> Tuple[List[Line], List[Line]]:
     """(canary lines, endpoint lines) of probes that did not run through ``shards``, for ``why``. Pure.
 
     ``endpoints``: (endpoint, kind) pairs in report order.
@@ -164,7 +165,7 @@ def shard_notrun_lines(shards, endpoints, why):
 class ShardLane(object):
     """One running shard's part of a canary run: its network, whether it is set up, its probe keys."""
 
-    def __init__(self, member, pid):
+    def __init__(self, member: _shards.Member, pid: int) -> None:
         self.member = member
         self.name = member.name
         self.net = shard_network_name(pid, member.index)
@@ -194,7 +195,7 @@ def setup_lanes(ctx: DoctorContext, shards: list) -> Tuple[List[ShardLane], Call
         thread.daemon = True
         thread.start()
 
-    def join():
+    def join() -> None:
         deadline = time.monotonic() + SHARD_SETUP_TIMEOUT
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))

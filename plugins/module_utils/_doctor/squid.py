@@ -13,7 +13,7 @@ parsers and :func:`squid_lines` are pure; :class:`SquidCheck` makes the calls.
 from __future__ import annotations
 
 import time
-from typing import List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import debversion as _debversion
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
@@ -35,7 +35,7 @@ SQUID_IMAGE_REFRESH_FIX = ('ansible-playbook pi_dispatch.egress.site -e egress_p
                            'proxy image with the mirror\'s current packages; the proxy then moves onto it)')
 
 
-def candidate_script(timeout=SQUID_CANDIDATE_TIMEOUT):
+def candidate_script(timeout: int = SQUID_CANDIDATE_TIMEOUT) -> str:
     """Shell for the throwaway container: a bounded apt-get update, then apt-cache policy of squid's version."""
     update = ('timeout %d apt-get update -o Acquire::Retries=0 -o Acquire::http::Timeout=10 '
               '-o Acquire::https::Timeout=10 -o Acquire::ftp::Timeout=10 -o APT::Sandbox::User=root' % int(timeout))
@@ -43,7 +43,7 @@ def candidate_script(timeout=SQUID_CANDIDATE_TIMEOUT):
             % (update, PROBE_MARK, PROBE_MARK, SQUID_VERSION_PACKAGE))
 
 
-def parse_apt_policy(text):
+def parse_apt_policy(text: Optional[str]) -> Optional[Dict[str, Any]]:
     """dict(installed, candidate, candidate_from_mirror) from ``apt-cache policy squid``; None when absent.
 
     ``candidate_from_mirror`` is true only when the version table lists the
@@ -77,7 +77,7 @@ def parse_apt_policy(text):
                 candidate_from_mirror=any(src != '/var/lib/dpkg/status' for src in sources))
 
 
-def parse_candidate_output(text):
+def parse_candidate_output(text: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
     """(candidate version, None) or (None, why) from :func:`candidate_script`'s output. Never a guess."""
     text = text or ''
     rc_mark, policy_mark = PROBE_MARK + '-apt-rc ', PROBE_MARK + '-policy'
@@ -107,7 +107,8 @@ def parse_candidate_output(text):
     return parsed['candidate'], None
 
 
-def squid_lines(proxy, installed, installed_why, candidate, candidate_why):
+def squid_lines(proxy: str, installed: Optional[str], installed_why: Optional[str], candidate: Optional[str],
+                candidate_why: Optional[str]) -> List[Line]:
     """The squid lines: the package inside the proxy, then how it compares with the mirror's candidate."""
     lines = []
     if installed is not None:
@@ -154,7 +155,7 @@ def squid_unfinished_line(proxy: str) -> Line:
                 % proxy, fix='docker exec %s dpkg-query -W squid-common' % proxy)
 
 
-def upstream_network(names, labelled_upstream):
+def upstream_network(names: Iterable[str], labelled_upstream: Callable[[str], bool]) -> Optional[str]:
     """The network the proxy reaches the mirror through: one labelled upstream, else the first that is
     neither a job network nor a doctor network; None when there is none."""
     candidates = sorted(name for name in names

@@ -14,7 +14,7 @@ nothing is swept. The decisions (:func:`plan_leftover`, :func:`split_attached`,
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
@@ -26,7 +26,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names i
 
 # --- the leftover sweep: pure decisions ---------------------------------------------------
 
-def plan_leftover(name, own_pid, alive, local):
+def plan_leftover(name: Optional[str], own_pid: int, alive: bool, local: bool) -> str:
     """What to do with a network found under the canary's prefix.
 
     Returns one of: ``ignore`` (not exactly a canary name, or this run's own),
@@ -44,7 +44,7 @@ def plan_leftover(name, own_pid, alive, local):
     return 'sweep'
 
 
-def probe_of_network(probe, net, pid):
+def probe_of_network(probe: str, net: Optional[str], pid: int) -> bool:
     """Whether a (possibly stopped) probe container named for ``pid`` belongs on ``net``.
 
     An isolation network holds only its own peer; a shard's canary network
@@ -62,7 +62,7 @@ def probe_of_network(probe, net, pid):
     return probe.lstrip('/') not in set(peer_name(peer, pid) for peer in PEERS) and probe_shard(probe) is None
 
 
-def split_attached(attached, pid):
+def split_attached(attached: Iterable[str], pid: int) -> Tuple[List[str], List[str]]:
     """Split the names attached to ``pi-dispatch-egress-doctor-<pid>`` into (probes, others)."""
     probes, others = [], []
     for name in attached:
@@ -71,11 +71,12 @@ def split_attached(attached, pid):
     return sorted(probes), sorted(others)
 
 
-def _names(items):
+def _names(items: Sequence[str]) -> str:
     return ', '.join(items) if items else 'nothing'
 
 
-def sweep_line(net, removed=(), detached=(), stuck=None, rm_error=None, net_gone=False):
+def sweep_line(net: str, removed: Iterable[str] = (), detached: Iterable[str] = (), stuck: Optional[str] = None,
+               rm_error: Optional[str] = None, net_gone: bool = False) -> Optional[Line]:
     """The one line a sweep of ``net`` produces (None when nothing happened to report).
 
     ``stuck``: a probe that could not be removed (the network is then kept and
@@ -111,14 +112,14 @@ def sweep_line(net, removed=(), detached=(), stuck=None, rm_error=None, net_gone
                 % (net, _names(removed), _names(detached)))
 
 
-def remote_line(net, resolved):
+def remote_line(net: str, resolved: str) -> Line:
     return Line('leftovers.remote', 'warn',
                 "Egress canary: %s may be left over from an EARLIER doctor run, and is not swept because this "
                 "shell's docker CLI %s, so a pid that is dead here may be alive there" % (net, resolved),
                 fix='check on the host that daemon belongs to, then docker network rm %s there' % net)
 
 
-def unlisted_line(error):
+def unlisted_line(error: str) -> Line:
     return Line('leftovers.unlisted', 'warn',
                 'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls '
                 '--filter name=%s (%s)' % (NETWORK_PREFIX, error),
@@ -126,14 +127,14 @@ def unlisted_line(error):
                     % NETWORK_PREFIX)
 
 
-def unreadable_line(net, error):
+def unreadable_line(net: str, error: str) -> Line:
     return Line('leftovers.unreadable', 'warn',
                 'Egress canary: the network %s could not be read: docker network inspect %s (%s)' % (net, net, error),
                 fix='docker network inspect %s (do not skip to network rm: what is attached is exactly what is '
                     'unknown)' % net)
 
 
-def would_sweep_line(net, probes, others):
+def would_sweep_line(net: str, probes: Sequence[str], others: Sequence[str]) -> Line:
     return Line('leftovers.would_sweep', 'warn',
                 'Egress canary: %s would be removed (with %s, detaching %s), left by an EARLIER doctor run; check '
                 'mode sweeps nothing' % (net, _names(probes), _names(others)),
@@ -189,7 +190,7 @@ def _sweep_one(ctx: DoctorContext, name: str, pid: int, all_probes: List[str]) -
 class SweepCheck(Check):
     """The sweep's lines (none when ``ctx.sweep_enabled`` is false); ``alive`` judges a pid on this host."""
 
-    def __init__(self, alive: Callable[[int], bool] = pid_alive):
+    def __init__(self, alive: Callable[[int], bool] = pid_alive) -> None:
         self.alive = alive
 
     def lines(self, ctx: DoctorContext) -> List[Line]:

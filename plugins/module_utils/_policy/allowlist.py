@@ -46,14 +46,14 @@ PSL_MISSING_FIX = ('pip install %s on the target (the Python that runs the modul
 class PublicSuffixListMissing(Exception):
     """The ``publicsuffixlist`` package is not importable, so breadth cannot be judged."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super(PublicSuffixListMissing, self).__init__('%s; %s' % (PSL_MISSING_REASON, PSL_MISSING_FIX))
 
 
 _PSL = []  # the one parsed list, built on first use (about 50 ms)
 
 
-def _public_suffix_list():
+def _public_suffix_list() -> Any:
     if publicsuffixlist is None:
         raise PublicSuffixListMissing()
     if not _PSL:
@@ -74,7 +74,7 @@ class AllowlistProblem(object):
         self.reason = reason
         self.fix = fix
 
-    def __str__(self):
+    def __str__(self) -> str:
         return '%s:%d: %r: %s; %s' % (self.path, self.lineno, self.text, self.reason, self.fix)
 
     def as_dict(self) -> Dict[str, Any]:

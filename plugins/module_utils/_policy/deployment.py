@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
@@ -41,19 +42,19 @@ class DeploymentError(Exception):
     pass
 
 
-def empty_include():
+def empty_include() -> str:
     """The model-endpoints include with nothing declared (header only)."""
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
     return _endpoints.render_include([])
 
 
-def default_guard():
+def default_guard() -> str:
     """The guard include before the daemon's gateways are known: every non-public range refused."""
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as _guard
     return _guard.default_render()
 
 
-def layout(allowlist_entries=None):
+def layout(allowlist_entries: Optional[Sequence[Dict[str, str]]] = None) -> List[Tuple[str, str]]:
     """[(relative path, content)] in creation order."""
     entries = DEFAULT_ALLOWLIST if allowlist_entries is None else allowlist_entries
     return [
@@ -65,7 +66,7 @@ def layout(allowlist_entries=None):
     ]
 
 
-def paths(deploy_dir):
+def paths(deploy_dir: str) -> Dict[str, str]:
     return dict(
         deploy_dir=deploy_dir,
         allowlist=os.path.join(deploy_dir, ALLOWLIST),
@@ -76,7 +77,7 @@ def paths(deploy_dir):
     )
 
 
-def check_deploy_dir(deploy_dir, key='deploy_dir'):
+def check_deploy_dir(deploy_dir: Optional[str], key: str = 'deploy_dir') -> str:
     """The one validation of a deployment folder option: absolute, normalised. Returns the normal form.
 
     Raises DeploymentError naming ``key`` (the module option or role variable) and the fix.
@@ -94,27 +95,28 @@ class Layout(object):
     is what modules return and the proxy role mounts.
     """
 
-    def __init__(self, deploy_dir, key='deploy_dir'):
+    def __init__(self, deploy_dir: Optional[str], key: str = 'deploy_dir') -> None:
         self.deploy_dir = check_deploy_dir(deploy_dir, key)
         self.paths = paths(self.deploy_dir)
         for name, path in self.paths.items():
             setattr(self, name, path)
 
     @property
-    def rules_dir(self):
+    def rules_dir(self) -> str:
         return os.path.dirname(self.paths['rules'])
 
-    def check_folders(self):
+    def check_folders(self) -> None:
         """Refuse a symlinked deployment folder or rules folder (nothing is followed)."""
         refuse_symlinked_path(self.deploy_dir, 'deploy_dir')
         refuse_symlinked_path(self.rules_dir, 'The rules folder')
 
-    def apply(self, allowlist_entries=None, check_mode=False):
+    def apply(self, allowlist_entries: Optional[Sequence[Dict[str, str]]] = None,
+              check_mode: bool = False) -> Dict[str, Any]:
         """Lay the folder out create-only (see :func:`apply`)."""
         return apply(self.deploy_dir, allowlist_entries, check_mode=check_mode)
 
 
-def module_layout(module, key='deploy_dir', result=None):
+def module_layout(module: Any, key: str = 'deploy_dir', result: Optional[Dict[str, Any]] = None) -> Layout:
     """Layout of ``module.params[key]``, or the module fails naming the option and the fix (nothing changed)."""
     try:
         return Layout(module.params[key], key)
@@ -122,7 +124,7 @@ def module_layout(module, key='deploy_dir', result=None):
         module.fail_json(msg='%s Nothing was changed.' % exc, **(result or {}))
 
 
-def refuse_symlinked_path(path, what):
+def refuse_symlinked_path(path: str, what: str) -> None:
     """Refuse ``path`` when it, or any existing parent, is a symlink we did not expect.
 
     Only the path itself and its parents inside the deployment folder are
@@ -136,7 +138,7 @@ def refuse_symlinked_path(path, what):
             % (what, path, os.readlink(path)))
 
 
-def check_existing(path, what, want_dir):
+def check_existing(path: str, what: str, want_dir: bool) -> bool:
     refuse_symlinked_path(path, what)
     if not os.path.lexists(path):
         return False
@@ -148,7 +150,8 @@ def check_existing(path, what, want_dir):
     return True
 
 
-def plan(deploy_dir, allowlist_entries=None):
+def plan(deploy_dir: Optional[str], allowlist_entries: Optional[Sequence[Dict[str, str]]] = None
+         ) -> Tuple[List[str], List[Tuple[str, str, bool]]]:
     """Decide what to create. Returns (dirs_to_create, [(path, content, exists)]).
 
     Raises DeploymentError (and nothing has been written) on any refusal.
@@ -167,7 +170,8 @@ def plan(deploy_dir, allowlist_entries=None):
     return dirs, files
 
 
-def apply(deploy_dir, allowlist_entries=None, check_mode=False, dir_mode=0o755, file_mode=0o644):
+def apply(deploy_dir: str, allowlist_entries: Optional[Sequence[Dict[str, str]]] = None, check_mode: bool = False,
+          dir_mode: int = 0o755, file_mode: int = 0o644) -> Dict[str, Any]:
     """Lay out the folder create-only. Returns a result dict (created / kept)."""
     dirs, files = plan(deploy_dir, allowlist_entries)
     created, kept = [], []

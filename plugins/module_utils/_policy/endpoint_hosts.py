@@ -129,7 +129,7 @@ def classify_host(host: str) -> Tuple[str, str]:
     return lowered, 'name'
 
 
-def _classify_ipv6(host):
+def _classify_ipv6(host: str) -> Tuple[str, str]:
     if '%' in host:
         raise HostRefused('has an IPv6 zone id (a percent sign and an interface after the address)',
                           'write the address without the zone id; the proxy cannot use one')

@@ -30,6 +30,7 @@ import ipaddress
 import json
 import os
 import re
+from typing import Any, Dict, Iterable, List, NoReturn, Optional, Tuple, Union
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.endpoint_hosts import (
@@ -76,7 +77,8 @@ INCLUDE_HEADER = """\
 class Problem(object):
     """One refusal: where (file, endpoint index and id, key), what (value), why (rule), and the fix."""
 
-    def __init__(self, path, key, value, rule, fix, index=None, endpoint_id=None, present=True):
+    def __init__(self, path: str, key: Optional[str], value: Any, rule: str, fix: str, index: Optional[int] = None,
+                 endpoint_id: Optional[str] = None, present: bool = True) -> None:
         self.path = path
         self.index = index
         self.endpoint_id = endpoint_id
@@ -86,7 +88,7 @@ class Problem(object):
         self.fix = fix
         self.present = present
 
-    def where(self):
+    def where(self) -> str:
         if self.index is None:
             return self.path
         if isinstance(self.endpoint_id, str) and self.endpoint_id:
@@ -95,7 +97,7 @@ class Problem(object):
             who = 'endpoint %d (no valid id)' % self.index
         return '%s: %s' % (self.path, who)
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self.key is None:
             what = ' value %s:' % _show(self.value) if self.index is not None else ''
         elif not self.present:
@@ -104,7 +106,7 @@ class Problem(object):
             what = ' key %s = %s:' % (json.dumps(self.key), _show(self.value))
         return '%s:%s %s; %s' % (self.where(), what, self.rule, self.fix)
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(path=self.path, index=self.index, id=self.endpoint_id, key=self.key,
                     value=self.value if self.present else None, rule=self.rule, fix=self.fix,
                     message=str(self))
@@ -113,7 +115,7 @@ class Problem(object):
 class EndpointsError(Exception):
     """The declaration is refused; ``problems`` lists every reason."""
 
-    def __init__(self, problems, path=FILE_NAME):
+    def __init__(self, problems: Iterable[Problem], path: str = FILE_NAME) -> None:
         self.problems = list(problems)
         self.path = path
         lines = ['%s is refused (%d problem%s); nothing was rendered or changed:'
@@ -127,7 +129,8 @@ class Endpoint(object):
 
     __slots__ = ('id', 'host', 'port', 'slots', 'keyless', 'kind')
 
-    def __init__(self, id, host, port, slots, keyless=False, kind=None):  # noqa: A002 - the contract's key
+    def __init__(self, id: str, host: str, port: int, slots: int, keyless: bool = False,  # noqa: A002 - the contract's key
+                 kind: Optional[str] = None) -> None:
         self.id = id
         self.host = host
         self.port = port
@@ -136,29 +139,29 @@ class Endpoint(object):
         self.kind = kind or classify_host(host)[1]
 
     @property
-    def address(self):
+    def address(self) -> str:
         """host:port as a client writes it (IPv6 bracketed)."""
         return '%s:%d' % (bracketed(self.host, self.kind), self.port)
 
     @property
-    def acl_prefix(self):
+    def acl_prefix(self) -> str:
         return 'pi_ep_%s' % self.id.replace('-', '_')
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(id=self.id, host=self.host, port=self.port, slots=self.slots,
                     keyless=self.keyless, kind=self.kind, address=self.address)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Endpoint) and self.as_dict() == other.as_dict()
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Endpoint(%r)' % (self.as_dict(),)
 
 
-def _show(value):
+def _show(value: Any) -> str:
     try:
         text = json.dumps(value, sort_keys=True)
     except (TypeError, ValueError):
@@ -168,22 +171,22 @@ def _show(value):
     return text
 
 
-def _is_int(value):
+def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def bracketed(host, kind=None):
+def bracketed(host: str, kind: Optional[str] = None) -> str:
     kind = kind or classify_host(host)[1]
     return '[%s]' % host if kind == 'ipv6' else host
 
 
 # --- parse -----------------------------------------------------------------------
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError('%s is not JSON' % name)
 
 
-def _pairs_no_duplicates(pairs):
+def _pairs_no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
     result = {}
     for key, value in pairs:
         if key in result:
@@ -192,7 +195,7 @@ def _pairs_no_duplicates(pairs):
     return result
 
 
-def loads_strict(text, path=FILE_NAME):
+def loads_strict(text: Union[str, bytes], path: str = FILE_NAME) -> Any:
     """Strict JSON: no comments, no trailing commas, no NaN, no duplicate keys."""
     if isinstance(text, bytes):
         try:
@@ -211,11 +214,11 @@ def loads_strict(text, path=FILE_NAME):
                              path)
 
 
-def validate(data, path=FILE_NAME):
+def validate(data: Any, path: str = FILE_NAME) -> List[Endpoint]:
     """Validate decoded JSON; return [Endpoint] sorted by id or raise EndpointsError."""
     problems = []
 
-    def top(key, value, rule, fix, present=True):
+    def top(key: Optional[str], value: Any, rule: str, fix: str, present: bool = True) -> None:
         problems.append(Problem(path, key, value, rule, fix, present=present))
 
     if not isinstance(data, dict):
@@ -263,7 +266,8 @@ def validate(data, path=FILE_NAME):
         eid = raw_id if isinstance(raw_id, str) and ID_RE.match(raw_id) else None
         before = len(problems)
 
-        def bad(key, rule, fix, present=True, _index=index, _item=item, _eid=raw_id):
+        def bad(key: str, rule: str, fix: str, present: bool = True, _index: int = index, _item: Dict[str, Any] = item,
+                _eid: Any = raw_id) -> None:
             problems.append(Problem(path, key, _item.get(key), rule, fix, index=_index,
                                     endpoint_id=_eid if isinstance(_eid, str) else None, present=present))
 
@@ -338,7 +342,7 @@ def validate(data, path=FILE_NAME):
     return sorted(endpoints, key=lambda e: e.id)
 
 
-def parse(text, path=FILE_NAME):
+def parse(text: Union[str, bytes], path: str = FILE_NAME) -> List[Endpoint]:
     """Parse and validate declaration text; return [Endpoint] sorted by id."""
     return validate(loads_strict(text, path), path)
 
@@ -346,7 +350,7 @@ def parse(text, path=FILE_NAME):
 OPTION_LABEL = 'the endpoints option'
 
 
-def from_items(items, label=OPTION_LABEL):
+def from_items(items: Any, label: str = OPTION_LABEL) -> List[Endpoint]:
     """Validate a declaration given as its list of endpoints (the module's ``endpoints`` option).
 
     The list is judged as the ``endpoints`` of a version 1 declaration, by
@@ -358,15 +362,15 @@ def from_items(items, label=OPTION_LABEL):
     return validate({'version': SUPPORTED_VERSION, 'endpoints': items}, label)
 
 
-def default_path(deploy_dir):
+def default_path(deploy_dir: str) -> str:
     return os.path.join(deploy_dir, FILE_NAME)
 
 
-def include_path(deploy_dir):
+def include_path(deploy_dir: str) -> str:
     return os.path.join(deploy_dir, INCLUDE_NAME)
 
 
-def load(deploy_dir=None, path=None):
+def load(deploy_dir: Optional[str] = None, path: Optional[str] = None) -> Tuple[List[Endpoint], str, bool]:
     """Read the declaration. Returns (endpoints, path, exists).
 
     With ``path`` (named explicitly) the file must exist. Without it the
@@ -395,7 +399,7 @@ def load(deploy_dir=None, path=None):
     return parse(data, path), path, True
 
 
-def dumps(endpoints, version=SUPPORTED_VERSION):
+def dumps(endpoints: Iterable[Endpoint], version: int = SUPPORTED_VERSION) -> str:
     """Declaration text for validated endpoints (what the playbook writes)."""
     items = []
     for e in endpoints:
@@ -405,7 +409,7 @@ def dumps(endpoints, version=SUPPORTED_VERSION):
 
 # --- render ----------------------------------------------------------------------
 
-def render_include(endpoints, pool=None):
+def render_include(endpoints: Iterable[Union[Endpoint, Dict[str, Any]]], pool: Optional[str] = None) -> str:
     """The squid include for ``endpoints`` (Endpoint objects or validated dicts).
 
     A fixed header, then for each endpoint sorted by id: for a declared
@@ -459,12 +463,12 @@ def render_include(endpoints, pool=None):
     return ''.join(out)
 
 
-def _endpoint_kwargs(item):
+def _endpoint_kwargs(item: Dict[str, Any]) -> Dict[str, Any]:
     host, kind = classify_host(item['host'])
     return dict(id=item['id'], host=host, port=item['port'], slots=item['slots'],
                 keyless=bool(item.get('keyless', False)), kind=kind)
 
 
-def summary(endpoints):
+def summary(endpoints: Iterable[Endpoint]) -> List[Dict[str, Any]]:
     """[{id, host, port, slots, keyless, kind, address}] for module results."""
     return [e.as_dict() for e in sorted(endpoints, key=lambda e: e.id)]

@@ -103,7 +103,7 @@ class GuardError(ValueError):
         super(GuardError, self).__init__('\n'.join(lines))
 
 
-def _nets(items):
+def _nets(items: Iterable[str]) -> List[IPNet]:
     return [ipaddress.ip_network(item, strict=False) for item in items]
 
 
@@ -126,7 +126,7 @@ def subtract(nets: Iterable[IPNet], holes: Iterable[IPNet]) -> List[IPNet]:
     return out
 
 
-def _host_net(address):
+def _host_net(address: str) -> IPNet:
     address = ipaddress.ip_address(address)
     return ipaddress.ip_network('%s/%d' % (address, address.max_prefixlen))
 
@@ -241,8 +241,8 @@ HEADER = """\
 """
 
 
-def render(opened=(), pool=DEFAULT_POOL, gateways=(), host_gateway=None,
-           client_max_connections=DEFAULT_CLIENT_MAX_CONNECTIONS):
+def render(opened: Iterable[Any] = (), pool: str = DEFAULT_POOL, gateways: Sequence[str] = (),
+           host_gateway: Optional[str] = None, client_max_connections: int = DEFAULT_CLIENT_MAX_CONNECTIONS) -> str:
     """The include text. Deterministic: the same inputs give the same bytes."""
     opened = list(opened)
     out = [HEADER, '\n']
@@ -274,7 +274,7 @@ def default_render() -> str:
     return render()
 
 
-def check_client_max_connections(value, key='egress_proxy_client_max_connections'):
+def check_client_max_connections(value: Any, key: str = 'egress_proxy_client_max_connections') -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise GuardError(['%s = %r: must be a whole number of connections between 1 and 65535, e.g. %d'
                           % (key, value, DEFAULT_CLIENT_MAX_CONNECTIONS)])

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.hostnames import parent_domains
 
@@ -58,7 +59,8 @@ class DecisionsError(ValueError):
     """Bad input (a folder, a time, a filter): nothing was read."""
 
 
-def parse_time(text, now=None, key='since'):
+def parse_time(text: Optional[Union[str, int, float]], now: Optional[float] = None,
+               key: str = 'since') -> Optional[float]:
     """Epoch seconds of ``text``: an ISO 8601 UTC time (2026-12-05T21:00:00Z), epoch seconds, or a span
     back from ``now`` ('90s', '30m', '1h', '7d'). None stays None. DecisionsError names ``key``."""
     if text in (None, ''):
@@ -83,11 +85,11 @@ def parse_time(text, now=None, key='since'):
                          'time (2026-12-05T21:00:00Z) or epoch seconds' % (key, text))
 
 
-def format_time(epoch):
+def format_time(epoch: float) -> str:
     return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(epoch))
 
 
-def log_files(folder):
+def log_files(folder: str) -> Tuple[List[str], List[str]]:
     """(files, warnings): the decision log's files in ``folder``, oldest rotation first.
 
     DecisionsError when the folder is a symlink or not a folder. A missing folder has no files (the
@@ -112,7 +114,7 @@ def log_files(folder):
         if os.path.isfile(path):
             files.append(path)
 
-    def order(path):
+    def order(path: str) -> Tuple[str, int]:
         base, _sep, suffix = os.path.basename(path).rpartition('.jsonl')
         rotation = int(suffix[1:]) if suffix.startswith('.') else 0
         return (base, -rotation)
@@ -122,7 +124,7 @@ def log_files(folder):
 _SECONDS = {}
 
 
-def _line_epoch(text):
+def _line_epoch(text: str) -> float:
     """Epoch seconds of a line's time as the writer writes it (2026-12-05T21:00:00.123Z), the whole
     seconds cached (a busy log has many lines per second); any other form through :func:`parse_time`."""
     if len(text) == 24 and text[19] == '.' and text[23] == 'Z' and text[20:23].isdigit():
@@ -136,7 +138,7 @@ def _line_epoch(text):
     return parse_time(text, key='time')
 
 
-def parse_line(line):
+def parse_line(line: str) -> Optional[Dict[str, Any]]:
     """A record (dict) from one JSON line, or None when it is not a decision."""
     try:
         record = json.loads(line)
@@ -154,14 +156,16 @@ def parse_line(line):
 class DecisionLog(object):
     """What one read of the folder found: ``records`` (time order), ``problems``, ``warnings``, ``files``."""
 
-    def __init__(self, records, problems, warnings, files):
+    def __init__(self, records: List[Dict[str, Any]], problems: List[str], warnings: List[str],
+                 files: List[str]) -> None:
         self.records = records
         self.problems = problems
         self.warnings = warnings
         self.files = files
 
 
-def read_log(folder, since=None, until=None, max_problems=20):
+def read_log(folder: str, since: Optional[float] = None, until: Optional[float] = None,
+             max_problems: int = 20) -> DecisionLog:
     """A :class:`DecisionLog` of every file of the folder within [since, until], the folder listed once.
 
     A line that is not a decision record is a problem naming its file and line (at most
@@ -185,13 +189,17 @@ def read_log(folder, since=None, until=None, max_problems=20):
     return DecisionLog(records, problems, warnings, files)
 
 
-def read_records(folder, since=None, until=None, max_problems=20):
+def read_records(folder: str, since: Optional[float] = None, until: Optional[float] = None, max_problems: int = 20
+                 ) -> Tuple[List[Dict[str, Any]], List[str], List[str]]:
     """(records in time order, problems, warnings): :func:`read_log` without the file list."""
     log = read_log(folder, since, until, max_problems)
     return log.records, log.problems, log.warnings
 
 
-def query(folder, job=None, host=None, verdict=None, reason=None, since=None, before=None, limit=50, top=10):
+def query(folder: str, job: Optional[str] = None, host: Optional[str] = None, verdict: Optional[str] = None,
+          reason: Optional[str] = None, since: Optional[Union[str, int, float]] = None,
+          before: Optional[Union[str, int, float]] = None, limit: int = 50, top: int = 10
+          ) -> Tuple[Dict[str, Any], List[Dict[str, Any]], List[str]]:
     """egress_decisions' reading: (result dict, the matched records, warnings). DecisionsError for bad filters.
 
     ``since``/``before`` are the module's texts (:func:`parse_time`); ``limit`` records are shown (0:
@@ -209,7 +217,8 @@ def query(folder, job=None, host=None, verdict=None, reason=None, since=None, be
     return result, matched, log.warnings
 
 
-def _read_file(path, since, until, records, problems, max_problems):
+def _read_file(path: str, since: Optional[float], until: Optional[float], records: List[Dict[str, Any]],
+               problems: List[str], max_problems: int) -> int:
     """Append the file's records within the window; returns how many lines were not records."""
     bad = 0
     with open(path, 'rb') as handle:
@@ -232,11 +241,12 @@ def _read_file(path, since, until, records, problems, max_problems):
     return bad
 
 
-def _norm_host(host):
+def _norm_host(host: Any) -> Any:
     return host.lower().rstrip('.') if isinstance(host, str) else host
 
 
-def check_filters(job=None, host=None, verdict=None, reason=None):
+def check_filters(job: Optional[str] = None, host: Optional[str] = None, verdict: Optional[str] = None,
+                  reason: Optional[str] = None) -> None:
     if verdict not in (None, '') and verdict not in VERDICTS:
         raise DecisionsError('verdict = %r: use one of %s' % (verdict, ', '.join(VERDICTS)))
     if reason not in (None, '') and reason not in REASONS:
@@ -244,7 +254,9 @@ def check_filters(job=None, host=None, verdict=None, reason=None):
                              % (reason, ', '.join(sorted(REASONS))))
 
 
-def select(records, job=None, host=None, verdict=None, reason=None, since=None, until=None):
+def select(records: Iterable[Dict[str, Any]], job: Optional[str] = None, host: Optional[str] = None,
+           verdict: Optional[str] = None, reason: Optional[str] = None, since: Optional[float] = None,
+           until: Optional[float] = None) -> List[Dict[str, Any]]:
     """The records matching every filter given. ``host``: exact, or '.domain' for it and every name under it."""
     check_filters(job=job, host=host, verdict=verdict, reason=reason)
     want_host = _norm_host(host) if host else None
@@ -271,12 +283,12 @@ def select(records, job=None, host=None, verdict=None, reason=None, since=None, 
     return out
 
 
-def _top(counter, top):
+def _top(counter: Dict[Any, int], top: int) -> List[Dict[str, Any]]:
     return [dict(name=name, count=count) for name, count in
             sorted(counter.items(), key=lambda item: (-item[1], str(item[0])))[:top]]
 
 
-def summarize(records, top=10):
+def summarize(records: Iterable[Dict[str, Any]], top: int = 10) -> Dict[str, Any]:
     """Counts: total, per verdict, per reason, and the top jobs and hosts (all and refused only)."""
     by_verdict, by_reason, by_job, by_host, refused_job, refused_host = {}, {}, {}, {}, {}, {}
     for r in records:
@@ -299,7 +311,7 @@ class Matcher(object):
     one trailing dot ignored), a '.domain' entry for the domain and every name under it, an IP literal
     as written. Linear to build, one set lookup per label to ask."""
 
-    def __init__(self, entries):
+    def __init__(self, entries: Iterable[str]) -> None:
         self.exact = set()
         self.domains = set()
         for entry in entries:
@@ -311,7 +323,7 @@ class Matcher(object):
             else:
                 self.exact.add(entry)
 
-    def covers(self, host):
+    def covers(self, host: Any) -> bool:
         host = _norm_host(host)
         if not host:
             return False
@@ -322,7 +334,7 @@ class Matcher(object):
         return any(parent in self.domains for parent in parent_domains(host))
 
 
-def entries_of(text):
+def entries_of(text: str) -> List[str]:
     """The entries of allowlist text (one per line, '#' comments; the proxy role validates the file)."""
     out = []
     for line in text.splitlines():
@@ -332,7 +344,7 @@ def entries_of(text):
     return out
 
 
-def judge(record, matcher):
+def judge(record: Dict[str, Any], matcher: Matcher) -> Optional[str]:
     """'allowed' or 'refused' for a recorded request under the allowlist of ``matcher``; None when the
     allowlist does not decide it (a model endpoint, the guard, the TLS name check's own refusals, ...)."""
     if record.get('reason') not in ALLOWLIST_REASONS:
@@ -345,7 +357,8 @@ def judge(record, matcher):
     return 'allowed' if port == 80 else 'refused'
 
 
-def replay(records, current_entries, candidate_entries):
+def replay(records: Iterable[Dict[str, Any]], current_entries: Iterable[str], candidate_entries: Iterable[str]
+           ) -> Dict[str, Any]:
     """What the candidate allowlist changes for the recorded requests, against the current one.
 
     Returns dict(newly_refused, newly_allowed, judged, unchanged): each change is one row per
@@ -378,7 +391,7 @@ def replay(records, current_entries, candidate_entries):
     return out
 
 
-def replay_lines(result):
+def replay_lines(result: Dict[str, Any]) -> List[str]:
     """The replay as text lines, for Ansible's diff and the playbook's report."""
     lines = []
     for kind, sign, word in (('newly_refused', '-', 'would be refused'), ('newly_allowed', '+', 'would pass')):
@@ -390,7 +403,7 @@ def replay_lines(result):
     return lines
 
 
-def replay_diff(result, current_name, candidate_name):
+def replay_diff(result: Dict[str, Any], current_name: str, candidate_name: str) -> Dict[str, str]:
     """Ansible's diff dict: the recorded requests whose verdict the candidate changes, before and after."""
     before, after = [], []
     for kind in ('newly_refused', 'newly_allowed'):

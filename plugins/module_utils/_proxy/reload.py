@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
@@ -36,7 +37,7 @@ class ParseRefused(ProxyError):
 class SourcesRefused(ParseRefused):
     """A file squid reads is refused before squid sees it (bad allowlist line, symlinked include)."""
 
-    def __init__(self, message, problems):
+    def __init__(self, message: str, problems: List[Dict[str, Any]]) -> None:
         super(SourcesRefused, self).__init__(message)
         self.problems = problems
 
@@ -44,7 +45,7 @@ class SourcesRefused(ParseRefused):
 PARSE_CMD = ['squid', '-k', 'parse', '-f', _rules.CONTAINER_RULES]
 
 
-def allowlist_check_cmd():
+def allowlist_check_cmd() -> List[str]:
     """Exit 0 when the mounted allowlist is what squid last read, 1 when it changed, 2 when unknown."""
     return ['cmp', '-s', LOADED_ALLOWLIST, _rules.CONTAINER_ALLOWLIST]
 
@@ -64,7 +65,7 @@ PEEK_LISTEN = '0100007F:%04X' % PEEK_PORT
 PEEK_WAIT_TENTHS = 50
 
 
-def reconfigure_cmd():
+def reconfigure_cmd() -> List[str]:
     """Record the allowlist; reconfigure the TLS name check when its guard changed, and wait until it
     listens again; then make squid reread everything (rules, allowlist, includes)."""
     peek = ('if [ -s {pid} ] && ! cmp -s {guard} {loaded}; then '
@@ -77,11 +78,11 @@ def reconfigure_cmd():
         _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, _rules.CONTAINER_RULES)]
 
 
-def mounted_digests_cmd(destinations):
+def mounted_digests_cmd(destinations: Iterable[str]) -> List[str]:
     return ['sha256sum', '--'] + list(destinations)
 
 
-def parse_digests(output):
+def parse_digests(output: str) -> Dict[str, str]:
     """{path: sha256} from sha256sum output."""
     found = {}
     for line in output.splitlines():
@@ -91,7 +92,7 @@ def parse_digests(output):
     return found
 
 
-def stale_mounts(spec, inside):
+def stale_mounts(spec: Dict[str, Any], inside: Dict[str, str]) -> List[Tuple[str, str]]:
     """Mounted files whose content inside the proxy differs from the file on disk.
 
     A single-file bind mount pins the inode it was made with: a file saved by
@@ -112,7 +113,7 @@ def stale_mounts(spec, inside):
     return stale
 
 
-def allowlist_problems(path):
+def allowlist_problems(path: str) -> List[_allowlist.AllowlistProblem]:
     """Every refusal of the allowlist at ``path`` (AllowlistProblem), or a one-line problem for an unreadable file."""
     if os.path.islink(path):
         return [_allowlist.AllowlistProblem(path, 0, '', 'is a symlink',
@@ -126,7 +127,7 @@ def allowlist_problems(path):
     return _allowlist.parse(text, path).errors
 
 
-def check_sources(deploy_paths, includes=('endpoints_conf', 'guard_conf')):
+def check_sources(deploy_paths: Dict[str, str], includes: Sequence[str] = ('endpoints_conf', 'guard_conf')) -> None:
     """Raise SourcesRefused unless the allowlist parses and every present include is a regular file.
 
     ``deploy_paths`` is :func:`_deployment.paths` output; ``includes`` the keys of the include
@@ -147,7 +148,8 @@ def check_sources(deploy_paths, includes=('endpoints_conf', 'guard_conf')):
                                        message='%s: is a symlink or not a regular file' % path)])
 
 
-def digests(deploy_paths, keys=('rules', 'allowlist', 'endpoints_conf', 'guard_conf')):
+def digests(deploy_paths: Dict[str, str], keys: Sequence[str] = ('rules', 'allowlist', 'endpoints_conf', 'guard_conf')
+            ) -> Dict[str, str]:
     """{path: sha256} of the source files that exist: the record of what squid read at a reload."""
     found = {}
     for key in keys:
@@ -158,7 +160,7 @@ def digests(deploy_paths, keys=('rules', 'allowlist', 'endpoints_conf', 'guard_c
     return found
 
 
-def reload(container, deploy_paths=None, parse_first=True):
+def reload(container: Any, deploy_paths: Optional[Dict[str, str]] = None, parse_first: bool = True) -> Dict[str, Any]:
     """The one reload path (see the module docstring). Returns the record of what squid read.
 
     ``deploy_paths`` None skips step 1 (the caller has just checked the sources itself).
@@ -180,7 +182,8 @@ def reload(container, deploy_paths=None, parse_first=True):
     return record
 
 
-def reload_family(client, container, deploy_paths=None, parse_first=True):
+def reload_family(client: Any, container: Any, deploy_paths: Optional[Dict[str, str]] = None,
+                  parse_first: bool = True) -> Dict[str, Any]:
     """reload() in the proxy ``container``, then in each of its running shards (they mount the same files).
 
     The proxy goes first and a refusal there (SourcesRefused, ParseRefused) stops everything: no
@@ -207,5 +210,5 @@ def reload_family(client, container, deploy_paths=None, parse_first=True):
     return record
 
 
-def _tail(text, lines=15):
+def _tail(text: Optional[str], lines: int = 15) -> str:
     return '\n'.join((text or '').strip().splitlines()[-lines:])
