@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from typing import Any
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 
@@ -49,7 +49,7 @@ class ImageError(Exception):
     pass
 
 
-def _one_line_sources(text):
+def _one_line_sources(text: str) -> Iterator[Tuple[str, List[str]]]:
     for raw in text.splitlines():
         line = raw.split('#', 1)[0].strip()
         if not line.startswith('deb '):
@@ -63,9 +63,9 @@ def _one_line_sources(text):
             yield words[0], [words[1]]
 
 
-def _deb822_sources(text):
+def _deb822_sources(text: str) -> Iterator[Tuple[str, List[str]]]:
     for stanza in re.split(r'\n\s*\n', text):
-        fields = {}
+        fields: Dict[str, str] = {}
         for raw in stanza.splitlines():
             if raw.startswith('#') or ':' not in raw or raw[:1].isspace():
                 continue
@@ -77,7 +77,7 @@ def _deb822_sources(text):
             yield uri, fields.get('suites', '').split()
 
 
-def debian_mirror(sources):
+def debian_mirror(sources: Sequence[Tuple[str, str]]) -> Optional[str]:
     """First Debian mirror URI among ``sources`` [(filename, text)], or None.
 
     Security, updates and backports archives are skipped: debootstrap needs
@@ -95,11 +95,11 @@ def debian_mirror(sources):
     return None
 
 
-def _is_security(uri, suites):
+def _is_security(uri: str, suites: Sequence[str]) -> bool:
     return '/debian-security' in uri or any(s.endswith('-security') for s in suites)
 
 
-def security_mirror(sources):
+def security_mirror(sources: Sequence[Tuple[str, str]]) -> Optional[str]:
     """First Debian security archive URI among ``sources`` [(filename, text)], or None.
 
     An entry counts when its URI is a ``/debian-security`` archive or one of
@@ -116,7 +116,8 @@ def security_mirror(sources):
     return None
 
 
-def choose_security_mirror(option, sources, default=DEFAULT_SECURITY_MIRROR):
+def choose_security_mirror(option: Optional[str], sources: Sequence[Tuple[str, str]],
+                           default: Optional[str] = DEFAULT_SECURITY_MIRROR) -> Tuple[Optional[str], str]:
     """(mirror or None, where it came from) for the image's security suite.
 
     ``option`` is the module's ``security_mirror``: an empty string turns the
@@ -136,17 +137,17 @@ def choose_security_mirror(option, sources, default=DEFAULT_SECURITY_MIRROR):
 _SECURITY_ARG = re.compile(r'^\s*ARG\s+SECURITY_MIRROR\b', re.MULTILINE)
 
 
-def wants_security_args(containerfile):
+def wants_security_args(containerfile: Optional[str]) -> bool:
     """Whether the Containerfile declares ``ARG SECURITY_MIRROR`` (other images get no such build argument)."""
     return bool(_SECURITY_ARG.search(containerfile or ''))
 
 
-def security_buildargs(mirror, suite):
+def security_buildargs(mirror: Optional[str], suite: str) -> Dict[str, str]:
     """The build arguments that put ``<mirror> <suite>-security main`` into the image's apt sources."""
     return {'SECURITY_MIRROR': mirror or '', 'SECURITY_SUITE': ('%s-security' % suite) if mirror else ''}
 
 
-def host_sources(root='/etc/apt'):
+def host_sources(root: str = '/etc/apt') -> List[Tuple[str, str]]:
     files = []
     main = os.path.join(root, 'sources.list')
     if os.path.isfile(main):
@@ -163,7 +164,8 @@ def host_sources(root='/etc/apt'):
     return out
 
 
-def build_hash(containerfile, base_id, buildargs, extra_files):
+def build_hash(containerfile: str, base_id: Optional[str], buildargs: Dict[str, str],
+               extra_files: Dict[str, str]) -> str:
     digest = hashlib.sha256()
     digest.update(containerfile.encode('utf-8'))
     digest.update(b'\0' + (base_id or '').encode('utf-8'))
@@ -174,7 +176,7 @@ def build_hash(containerfile, base_id, buildargs, extra_files):
     return digest.hexdigest()[:32]
 
 
-def context_tar(containerfile, extra_files):
+def context_tar(containerfile: str, extra_files: Dict[str, str]) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode='w') as tar:
         for name, content in [('Containerfile', containerfile)] + sorted(extra_files.items()):
@@ -187,7 +189,7 @@ def context_tar(containerfile, extra_files):
     return buf
 
 
-def parse_squid_version(text):
+def parse_squid_version(text: str) -> Optional[str]:
     match = re.search(r'Squid Cache: Version (\S+)', text)
     return match.group(1) if match else None
 
@@ -198,7 +200,7 @@ PACKAGES_MARK = '--pi-egress-packages--'
 INSPECT_SCRIPT = ("squid -v; echo '%s'; dpkg-query -W -f '${Package} ${Version}\\n'" % PACKAGES_MARK)
 
 
-def parse_inspect(text):
+def parse_inspect(text: Optional[str]) -> Dict[str, Optional[str]]:
     """dict(squid_version, squid_package, packages_digest) from :data:`INSPECT_SCRIPT`'s output."""
     head, _sep, tail = (text or '').partition(PACKAGES_MARK)
     packages = sorted(line.strip() for line in tail.splitlines() if line.strip())
@@ -213,7 +215,8 @@ def parse_inspect(text):
     return dict(squid_version=parse_squid_version(head), squid_package=squid_package, packages_digest=digest)
 
 
-def build_base(client, tag, suite, mirror, workdir=None, variant='minbase'):
+def build_base(client: Any, tag: str, suite: str, mirror: str, workdir: Optional[str] = None,
+               variant: str = 'minbase') -> str:
     """debootstrap ``suite`` from ``mirror`` and import it as ``tag``. Returns the image id."""
     if shutil.which('debootstrap') is None:
         raise ImageError('debootstrap is not installed on the target host; install it '
@@ -247,15 +250,17 @@ def build_base(client, tag, suite, mirror, workdir=None, variant='minbase'):
     return image.id
 
 
-def _split_tag(tag):
+def _split_tag(tag: str) -> Tuple[str, str]:
     repo, _sep, tagname = tag.rpartition(':')
     if not repo or '/' in tagname:
         repo, tagname = tag, 'latest'
     return repo, tagname
 
 
-def build_image(client, tag, containerfile, base_image, extra_files=None, network_mode='host', timeout=1800,
-                squid=True, buildargs=None, refresh=False):
+def build_image(client: Any, tag: str, containerfile: str, base_image: str,
+                extra_files: Optional[Dict[str, str]] = None, network_mode: str = 'host', timeout: int = 1800,
+                squid: bool = True, buildargs: Optional[Dict[str, str]] = None, refresh: bool = False
+                ) -> Dict[str, Any]:
     """Build ``tag`` unless an image with the same build hash exists (or ``refresh`` asks for a fresh build).
 
     ``buildargs`` are added to ``BASE_IMAGE`` and covered by the build hash.
@@ -282,7 +287,7 @@ def build_image(client, tag, containerfile, base_image, extra_files=None, networ
                     squid_version=labels_now.get(LABEL_SQUID_VERSION),
                     squid_package=labels_now.get(LABEL_SQUID_PACKAGE), log='')
 
-    def _build(labels, nocache=False, build_tag=tag):
+    def _build(labels: Dict[str, Any], nocache: bool = False, build_tag: str = tag) -> Tuple[Any, str]:
         try:
             image, logs = client.images.build(
                 fileobj=context_tar(containerfile, extra_files), custom_context=True,
@@ -331,7 +336,7 @@ def build_image(client, tag, containerfile, base_image, extra_files=None, networ
                 packages_changed=bool(refresh) or None, log=(log + more)[-4000:])
 
 
-def inspect_image(client, image_id, tag):
+def inspect_image(client: Any, image_id: str, tag: str) -> Dict[str, Optional[str]]:
     """Run :data:`INSPECT_SCRIPT` in ``image_id`` (no network); ImageError without a squid that reports a version."""
     try:
         out = client.containers.run(image_id, ['sh', '-c', INSPECT_SCRIPT], remove=True, network_mode='none')
@@ -343,7 +348,7 @@ def inspect_image(client, image_id, tag):
     return facts
 
 
-def _retag(client, image_id, tag, scratch):
+def _retag(client: Any, image_id: str, tag: str, scratch: str) -> None:
     repo, tagname = _split_tag(tag)
     try:
         client.api.tag(image_id, repo, tagname, force=True)
@@ -352,7 +357,7 @@ def _retag(client, image_id, tag, scratch):
     _untag(client, scratch)
 
 
-def _untag(client, scratch):
+def _untag(client: Any, scratch: str) -> None:
     try:
         client.api.remove_image(scratch, noprune=False)
     except Exception:  # a scratch tag left behind is harmless; the next refresh overwrites it
