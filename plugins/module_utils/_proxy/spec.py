@@ -12,6 +12,7 @@ paths and the hardening limits, :func:`observed` reads inspect data, and
 from __future__ import annotations
 
 import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
@@ -37,7 +38,7 @@ class ProxyError(Exception):
     pass
 
 
-def is_job_network(name):
+def is_job_network(name: str) -> bool:
     return name.startswith(JOB_NETWORK_PREFIX) and name.endswith(JOB_NETWORK_SUFFIX) and \
         len(name) > len(JOB_NETWORK_PREFIX) + len(JOB_NETWORK_SUFFIX)
 
@@ -63,7 +64,7 @@ DEFAULT_LIMITS = dict(memory='512m', pids=256, nofile=16384, log_max_size='10m',
 _UNITS = {'': 1, 'b': 1, 'k': 1024, 'm': 1024 ** 2, 'g': 1024 ** 3}
 
 
-def parse_size(value, key='egress_proxy_memory'):
+def parse_size(value: Union[str, int], key: str = 'egress_proxy_memory') -> int:
     """Bytes of a docker-style size (512m, 1g, 65536). Raises ProxyError naming ``key``."""
     text = str(value).strip().lower()
     number, unit = text, ''
@@ -75,7 +76,7 @@ def parse_size(value, key='egress_proxy_memory'):
     return int(number) * _UNITS[unit]
 
 
-def check_limits(limits):
+def check_limits(limits: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """Validate the container bounds; return them complete (defaults filled in)."""
     out = dict(DEFAULT_LIMITS)
     out.update(dict((k, v) for k, v in (limits or {}).items() if v is not None))
@@ -94,7 +95,7 @@ def check_limits(limits):
     return out
 
 
-def check_shard_bound(value, key='egress_proxy_shard_bound'):
+def check_shard_bound(value: Any, key: str = 'egress_proxy_shard_bound') -> Optional[int]:
     """``value`` as a number of job networks per proxy container (0: no shards); None stays None."""
     if value is None:
         return None
@@ -114,7 +115,7 @@ ENV_PREFIX = 'PI_EGRESS_'
 DECISION_LOG_DEFAULTS = dict(max_size='10m', keep=5)
 
 
-def check_decision_log(decision_log):
+def check_decision_log(decision_log: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """dict(dir, max_bytes, keep) from dict(dir, max_size, keep), or None for None. ProxyError names the key."""
     if not decision_log:
         return None
@@ -134,7 +135,7 @@ def check_decision_log(decision_log):
     return dict(dir=os.path.realpath(out['dir']), asked=out['dir'], max_bytes=max_bytes, keep=keep)
 
 
-def decision_log_env(name, decision_log):
+def decision_log_env(name: str, decision_log: Optional[Dict[str, Any]]) -> Dict[str, str]:
     """The environment a container of ``name`` gets for its decision log (empty without one)."""
     if not decision_log:
         return {}
@@ -142,9 +143,10 @@ def decision_log_env(name, decision_log):
             ENV_DECISION_LOG_KEEP: str(decision_log['keep'])}
 
 
-def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, name=PROXY_NAME,
-                 extra_hosts=None, health_interval=5, mount_endpoints=True, guard=None, limits=None,
-                 shard_bound=None, decision_log=None):
+def desired_spec(image: str, rules: str, allowlist: str, endpoints: str, network: str = UPSTREAM_NETWORK,
+                 name: str = PROXY_NAME, extra_hosts: Optional[Sequence[str]] = None, health_interval: int = 5,
+                 mount_endpoints: bool = True, guard: Optional[str] = None, limits: Optional[Dict[str, Any]] = None,
+                 shard_bound: Optional[int] = None, decision_log: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     mounts = [(os.path.realpath(rules), _rules.CONTAINER_RULES),
               (os.path.realpath(allowlist), _rules.CONTAINER_ALLOWLIST)]
     if mount_endpoints:
@@ -184,7 +186,7 @@ def desired_spec(image, rules, allowlist, endpoints, network=UPSTREAM_NETWORK, n
     )
 
 
-def observed(attrs):
+def observed(attrs: Dict[str, Any]) -> Dict[str, Any]:
     """The parts of ``docker inspect`` that the comparison looks at."""
     host = attrs.get('HostConfig') or {}
     config = attrs.get('Config') or {}
@@ -235,7 +237,7 @@ def observed(attrs):
     )
 
 
-def is_ours(obs):
+def is_ours(obs: Dict[str, Any]) -> bool:
     """A container under the proxy's name that we may manage.
 
     Ours: labelled by this collection, or shaped like a pi-dispatch proxy
@@ -248,30 +250,31 @@ def is_ours(obs):
     return _rules.CONTAINER_RULES in destinations and _rules.CONTAINER_ALLOWLIST in destinations
 
 
-def mounts_endpoints(obs):
+def mounts_endpoints(obs: Dict[str, Any]) -> bool:
     return any(m['destination'] == _rules.CONTAINER_ENDPOINTS for m in obs['mounts'])
 
 
-def _all_mounts(spec):
+def _all_mounts(spec: Dict[str, Any]) -> List[Tuple[str, str]]:
     return list(spec['mounts']) + ([spec['log_mount']] if spec.get('log_mount') else [])
 
 
-def _writable(spec):
+def _writable(spec: Dict[str, Any]) -> List[str]:
     """The container paths mounted read-write: the decision log's folder, when there is one."""
     return [spec['log_mount'][1]] if spec.get('log_mount') else []
 
 
-def _wanted_ulimits(spec):
+def _wanted_ulimits(spec: Dict[str, Any]) -> List[Tuple[str, int, int]]:
     return sorted((u['name'], u['soft'], u['hard']) for u in spec['ulimits'])
 
 
-def _timing(spec):
+def _timing(spec: Dict[str, Any]) -> Dict[str, int]:
     check = spec['healthcheck']
     return dict(interval=check['interval'], timeout=check['timeout'], retries=check['retries'],
                 start_period=check['start_period'])
 
 
-def _settings(spec, obs, image_id):
+def _settings(spec: Dict[str, Any], obs: Dict[str, Any], image_id: Optional[str]
+              ) -> List[Tuple[str, Any, Any, Optional[str]]]:
     """[(setting, running, wanted, message)] for every setting the module applies.
 
     ``message`` is what :func:`differences` says when running != wanted (None: the default
@@ -322,7 +325,7 @@ def _settings(spec, obs, image_id):
     return rows
 
 
-def differences(spec, obs, image_id):
+def differences(spec: Dict[str, Any], obs: Dict[str, Any], image_id: Optional[str]) -> List[str]:
     """Human-readable list of what differs between the wanted and the running shape.
 
     Every setting the module applies is compared, so a proxy changed by hand
@@ -333,7 +336,7 @@ def differences(spec, obs, image_id):
             for setting, have, want, message in _settings(spec, obs, image_id) if have != want]
 
 
-def shape_diff(spec, obs, image_id):
+def shape_diff(spec: Dict[str, Any], obs: Optional[Dict[str, Any]], image_id: Optional[str]) -> Dict[str, str]:
     """Ansible's ``diff`` of the proxy: one ``setting: value`` line per setting, running (before) and wanted (after).
 
     ``obs`` None is a proxy that does not exist yet (before is empty).
@@ -347,7 +350,7 @@ def shape_diff(spec, obs, image_id):
                 before_header='%s (running)' % spec['name'], after_header='%s (wanted)' % spec['name'])
 
 
-def create_kwargs(spec):
+def create_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Keyword arguments of ``client.containers.create`` for ``spec`` (pure, unit-tested)."""
     return dict(
         image=spec['image'], name=spec['name'], detach=True,
