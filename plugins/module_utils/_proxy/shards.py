@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import (
@@ -54,11 +55,11 @@ class ShardError(dc.EngineError):
     """A shard could not be chosen, made or removed; the message says what to do."""
 
 
-def shard_name(proxy, index):
+def shard_name(proxy: str, index: int) -> str:
     return '%s%s%d' % (proxy, SHARD_INFIX, index)
 
 
-def is_family_name(name, proxy):
+def is_family_name(name: str, proxy: str) -> bool:
     """True for ``proxy`` itself and for a name of its shards (``<proxy>-shard-<n>``). Pure."""
     if name == proxy:
         return True
@@ -66,13 +67,13 @@ def is_family_name(name, proxy):
     return rest.isdigit() and not rest.startswith('0')
 
 
-def family_on(net_attrs, proxy):
+def family_on(net_attrs: Dict[str, Any], proxy: str) -> List[str]:
     """The names of ``proxy``'s family with an active endpoint in a network's inspect dict."""
     return sorted((c or {}).get('Name') for c in (net_attrs.get('Containers') or {}).values()
                   if is_family_name((c or {}).get('Name') or '', proxy))
 
 
-def check_bound(bound, key='shard_bound'):
+def check_bound(bound: Any, key: str = 'shard_bound') -> Optional[int]:
     """``bound`` as given: a whole number of at least 0, or None (follow the proxy, :func:`resolve_bound`)."""
     if bound is None:
         return None
@@ -85,7 +86,9 @@ def check_bound(bound, key='shard_bound'):
 class Member(object):
     """One container of the proxy family: the proxy itself (index 0) or a shard."""
 
-    def __init__(self, name, index, state, job_networks, networks=None, health=None, bound_label=None):
+    def __init__(self, name: str, index: int, state: str, job_networks: Iterable[str],
+                 networks: Optional[Iterable[str]] = None, health: Optional[str] = None,
+                 bound_label: Optional[str] = None) -> None:
         self.name = name
         self.bound_label = bound_label  # the proxy's LABEL_SHARD_BOUND as written, None when unset
         self.index = index
@@ -95,26 +98,26 @@ class Member(object):
         self.health = health
 
     @property
-    def is_shard(self):
+    def is_shard(self) -> bool:
         return self.index > 0
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self.state == 'running'
 
     @property
-    def load(self):
+    def load(self) -> int:
         return len(self.job_networks)
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return dict(name=self.name, index=self.index, state=self.state, health=self.health, load=self.load,
                     job_networks=list(self.job_networks), shard=self.is_shard)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Member(%r)' % (self.as_dict(),)
 
 
-def member_from_attrs(attrs, index):
+def member_from_attrs(attrs: Dict[str, Any], index: int) -> Member:
     """Member of a container inspect (or a container list summary)."""
     state = attrs.get('State')
     if isinstance(state, dict):
@@ -133,7 +136,7 @@ def member_from_attrs(attrs, index):
                   bound_label=(labels or {}).get(LABEL_SHARD_BOUND))
 
 
-def resolve_bound(bound, primary):
+def resolve_bound(bound: Optional[int], primary: Optional[Member]) -> int:
     """The bound a create uses: ``bound`` when the caller gave one, else the proxy's label (the role
     variable egress_proxy_shard_bound), else DEFAULT_BOUND. Raises ShardError for a label that is
     not a whole number of at least 0."""
@@ -153,7 +156,7 @@ def resolve_bound(bound, primary):
     return value
 
 
-def shard_index(labels, proxy):
+def shard_index(labels: Optional[Dict[str, str]], proxy: str) -> Optional[int]:
     """The shard index a container's labels give it within ``proxy``'s family, or None."""
     labels = labels or {}
     if labels.get(LABEL_SHARD_OF) != proxy:
@@ -165,7 +168,7 @@ def shard_index(labels, proxy):
     return index if index >= 1 else None
 
 
-def members(client, proxy):
+def members(client: Any, proxy: str) -> List[Member]:
     """Every container of ``proxy``'s family: [the proxy (when it exists)] + its shards by index."""
     found = []
     primary = dc.read('Inspecting container %s' % proxy, lambda: client.api.inspect_container(proxy), missing=True)
@@ -181,7 +184,7 @@ def members(client, proxy):
     return found + sorted(shards, key=lambda m: m.index)
 
 
-def choose(family, bound):
+def choose(family: Sequence[Member], bound: Optional[int]) -> Optional[Member]:
     """The member a new job network gets, or None when a shard must be added first. Pure.
 
     The least-loaded running member below ``bound`` (the proxy first on a tie, then the lowest
@@ -213,22 +216,24 @@ BOOK_SECONDS = 60.0
 _BOOK_LOCK = threading.Lock()
 
 
-def _book(memo, proxy):
+def _book(memo: Dict[Any, Any], proxy: str) -> Optional[Dict[str, Any]]:
     return memo.get(('family', proxy))
 
 
-def remember(memo, proxy, family, clock=time.monotonic):
+def remember(memo: Dict[Any, Any], proxy: str, family: Iterable[Member],
+             clock: Callable[[], float] = time.monotonic) -> None:
     """Keep ``family`` (an exact read, :func:`members`) as the client's picture of ``proxy``'s family."""
     with _BOOK_LOCK:
         memo[('family', proxy)] = dict(read_at=clock(), members=dict((m.name, m) for m in family))
 
 
-def forget(memo, proxy):
+def forget(memo: Dict[Any, Any], proxy: str) -> None:
     """Drop the picture: the next :func:`pick` reads the whole family."""
     memo.pop(('family', proxy), None)
 
 
-def note(memo, proxy, name, network=None, attached=True, member=None):
+def note(memo: Dict[Any, Any], proxy: str, name: str, network: Optional[str] = None, attached: bool = True,
+         member: Optional[Member] = None) -> None:
     """Keep the picture current: ``network`` attached to (or detached from) ``name``; ``member`` (a
     Member) added, or with ``attached`` False and no ``network``, ``name`` gone."""
     book = _book(memo, proxy)
@@ -249,7 +254,7 @@ def note(memo, proxy, name, network=None, attached=True, member=None):
             known[name].job_networks = sorted(nets)
 
 
-def _read_member(client, proxy, name, index):
+def _read_member(client: Any, proxy: str, name: str, index: int) -> Optional[Member]:
     """``name`` as a Member, read now (one inspect), or None when it is gone or not this member."""
     attrs = dc.read('Inspecting container %s' % name, lambda: client.api.inspect_container(name), missing=True)
     if attrs is None:
@@ -259,7 +264,8 @@ def _read_member(client, proxy, name, index):
     return member_from_attrs(attrs, index)
 
 
-def pick(client, proxy, bound, memo, clock=time.monotonic):
+def pick(client: Any, proxy: str, bound: Optional[int], memo: Dict[Any, Any],
+         clock: Callable[[], float] = time.monotonic) -> Optional[Member]:
     """:func:`choose` for a new job network, reading two members as a rule; None: a shard must be added.
 
     ``memo`` is what the client remembers (``_jobnet_engine.client_memo``). Without a picture of
@@ -300,7 +306,7 @@ def pick(client, proxy, bound, memo, clock=time.monotonic):
     return None  # pragma: no cover - each round corrects one member, so choose() ran out first
 
 
-def next_index(family):
+def next_index(family: Iterable[Member]) -> int:
     """The lowest shard index not taken (1, 2, ...)."""
     taken = set(m.index for m in family if m.is_shard)
     index = 1
