@@ -13,6 +13,7 @@ bound and the choice are ``_proxy/shards.py``'s.
 from __future__ import annotations
 
 import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.shards import (
@@ -20,6 +21,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.shards i
     LABEL_SHARD_OF,
     MAX_SHARDS,
     SHARD_ROLE,
+    Member,
     ShardError,
     member_from_attrs,
     members,
@@ -47,7 +49,7 @@ _KEEP_HOST_CONFIG = ('Mounts', 'Binds', 'CapAdd', 'CapDrop', 'ReadonlyRootfs', '
                      'Privileged', 'Init', 'ShmSize', 'NanoCpus', 'CpuShares')
 
 
-def upstream_networks(attrs):
+def upstream_networks(attrs: Dict[str, Any]) -> List[str]:
     """The proxy's networks that are not job networks (its upstream first), in a stable order."""
     nets = list(((attrs.get('NetworkSettings') or {}).get('Networks') or {}))
     mode = (attrs.get('HostConfig') or {}).get('NetworkMode')
@@ -58,7 +60,7 @@ def upstream_networks(attrs):
     return others
 
 
-def clone_spec(attrs, proxy, index):
+def clone_spec(attrs: Dict[str, Any], proxy: str, index: int) -> Dict[str, Any]:
     """The create call of shard ``index`` from the proxy's inspect ``attrs``. Pure.
 
     Returns dict(name, image, command, entrypoint, environment, labels, healthcheck, user,
@@ -91,7 +93,7 @@ def clone_spec(attrs, proxy, index):
                 user=config.get('User') or None, host_config=host_config, networks=networks)
 
 
-def shard_healthcheck(check):
+def shard_healthcheck(check: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The proxy's health check as a shard runs it: the same test, every SHARD_HEALTH_INTERVAL seconds
     at least. None or a disabled check is kept as it is. Pure."""
     if not check or not check.get('Test') or check['Test'][0] == 'NONE':
@@ -101,7 +103,7 @@ def shard_healthcheck(check):
     return out
 
 
-def health_argv(test):
+def health_argv(test: Optional[Sequence[str]]) -> Optional[List[str]]:
     """The command of a Docker health test (``["CMD", ...]`` / ``["CMD-SHELL", "..."]``), else None. Pure."""
     if not test:
         return None
@@ -112,7 +114,7 @@ def health_argv(test):
     return None
 
 
-def _passes(client, name, argv):
+def _passes(client: Any, name: str, argv: List[str]) -> bool:
     """True when ``argv`` exits 0 in the running container ``name`` (one exec)."""
     try:
         exec_id = client.api.exec_create(name, argv, stdout=True, stderr=True)['Id']
@@ -124,7 +126,8 @@ def _passes(client, name, argv):
         return False  # not running (yet, or any more): the state read says which
 
 
-def wait_ready(client, name, timeout, sleep=time.sleep, clock=time.monotonic):
+def wait_ready(client: Any, name: str, timeout: float, sleep: Callable[[float], Any] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> Optional[str]:
     """Wait until the shard ``name`` serves: its health test (the proxy's) passes when run now.
 
     Returns 'healthy' (Docker said so, or the test passed), 'running' (no health test to run),
@@ -152,7 +155,7 @@ def wait_ready(client, name, timeout, sleep=time.sleep, clock=time.monotonic):
         sleep(0.5)
 
 
-def add_shard(client, proxy, family, wait_timeout=WAIT_HEALTHY):
+def add_shard(client: Any, proxy: str, family: Sequence[Member], wait_timeout: float = WAIT_HEALTHY) -> Member:
     """Start the next shard of ``proxy`` (a clone of it) and wait until it is healthy. Returns its Member.
 
     A name another process took meanwhile is taken as that process's shard (re-read, not made
@@ -167,7 +170,7 @@ def add_shard(client, proxy, family, wait_timeout=WAIT_HEALTHY):
     return _create_shard(client, proxy, index, wait_timeout)
 
 
-def _create_shard(client, proxy, index, wait_timeout=WAIT_HEALTHY):
+def _create_shard(client: Any, proxy: str, index: int, wait_timeout: float = WAIT_HEALTHY) -> Member:
     attrs = dc.read('Inspecting container %s' % proxy, lambda: client.api.inspect_container(proxy))
     spec = clone_spec(attrs, proxy, index)
     name = spec['name']
@@ -203,14 +206,14 @@ def _create_shard(client, proxy, index, wait_timeout=WAIT_HEALTHY):
     return member_from_attrs(attrs, index)
 
 
-def _remove_quietly(client, name):
+def _remove_quietly(client: Any, name: str) -> None:
     try:
         client.api.remove_container(name, force=True)
     except Exception:  # best effort: the caller reports the first failure
         pass
 
 
-def remove_if_empty(client, proxy, name):
+def remove_if_empty(client: Any, proxy: str, name: str) -> bool:
     """Remove shard ``name`` of ``proxy`` when it carries no job network. True when removed.
 
     Never the proxy itself, never a container that is not a shard of ``proxy``.
@@ -236,7 +239,7 @@ def remove_if_empty(client, proxy, name):
 CUTTING = ('remove', 'replace', 'restart', 'stop')
 
 
-def follow_plan(family, proxy_actions):
+def follow_plan(family: Iterable[Member], proxy_actions: Iterable[str]) -> List[Tuple[Member, str]]:
     """What each shard does after the proxy's ``proxy_actions`` (egress_proxy's decision). Pure.
 
     A shard is a copy of the proxy, so it follows it: the proxy removed (state absent) -> the
@@ -270,12 +273,13 @@ def follow_plan(family, proxy_actions):
     return plan
 
 
-def plan_jobs_cut(plan):
+def plan_jobs_cut(plan: Iterable[Tuple[Member, str]]) -> int:
     """Job networks the plan disconnects: every job of a shard that is removed, replaced, restarted or stopped."""
     return sum(member.load for member, step in plan if step in CUTTING)
 
 
-def apply_plan(client, proxy, plan, wait_timeout=WAIT_HEALTHY):
+def apply_plan(client: Any, proxy: str, plan: Iterable[Tuple[Member, str]], wait_timeout: float = WAIT_HEALTHY
+               ) -> List[Dict[str, Any]]:
     """Carry out :func:`follow_plan` shard by shard. Returns [dict(name, action, jobs_cut, error)].
 
     A replaced shard cuts only its own jobs: its job networks are attached to the new copy again
