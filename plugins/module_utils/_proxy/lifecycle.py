@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
@@ -25,7 +26,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec imp
 STATES = ('present', 'started', 'stopped', 'absent', 'restarted', 'reloaded')
 
 
-def decide(state, obs, diffs, allowlist_changed=False, upstream=UPSTREAM_NETWORK):
+def decide(state: str, obs: Optional[Dict[str, Any]], diffs: Sequence[str], allowlist_changed: bool = False,
+           upstream: str = UPSTREAM_NETWORK) -> List[str]:
     """The ordered actions for ``state`` given the observed container (or None).
 
     ``allowlist_changed``: the running squid read another allowlist than the
@@ -34,7 +36,7 @@ def decide(state, obs, diffs, allowlist_changed=False, upstream=UPSTREAM_NETWORK
     """
     if state == 'absent':
         return ['remove'] if obs else []
-    actions = []
+    actions: List[str] = []
     if obs is None:
         actions.append('create')
     elif diffs:
@@ -66,7 +68,7 @@ def decide(state, obs, diffs, allowlist_changed=False, upstream=UPSTREAM_NETWORK
 CUTTING_ACTIONS = ('remove', 'restart', 'stop')
 
 
-def jobs_cut(actions, obs):
+def jobs_cut(actions: Iterable[str], obs: Optional[Dict[str, Any]]) -> int:
     """How many attached job networks ``actions`` would cut (0 for a stopped or missing proxy)."""
     if not obs or not (obs['running'] or obs['paused']):
         return 0
@@ -75,7 +77,8 @@ def jobs_cut(actions, obs):
     return len(obs['job_networks'])
 
 
-def consent_refusal(actions, obs, allow_cut_jobs, variable='egress_proxy_allow_cut_jobs'):
+def consent_refusal(actions: Sequence[str], obs: Optional[Dict[str, Any]], allow_cut_jobs: bool,
+                    variable: str = 'egress_proxy_allow_cut_jobs') -> Optional[str]:
     """None when ``actions`` may go ahead, else the refusal (the same rule as the upgrade's)."""
     cut = jobs_cut(actions, obs)
     if not cut or allow_cut_jobs:
@@ -87,7 +90,8 @@ def consent_refusal(actions, obs, allow_cut_jobs, variable='egress_proxy_allow_c
             % (step, obs['name'], cut, '' if cut == 1 else 's', ', '.join(obs['job_networks']), variable))
 
 
-def shard_consent_refusal(plan, allow_cut_jobs, variable='egress_proxy_allow_cut_jobs'):
+def shard_consent_refusal(plan: Iterable[Tuple[Any, str]], allow_cut_jobs: bool,
+                          variable: str = 'egress_proxy_allow_cut_jobs') -> Optional[str]:
     """None when the shards may follow the proxy, else the refusal: each shard's jobs count
     (``shard_clone.follow_plan``)."""
     cutting = [(member, step) for member, step in plan if step in _shard_clone.CUTTING and member.load]
@@ -100,33 +104,33 @@ def shard_consent_refusal(plan, allow_cut_jobs, variable='egress_proxy_allow_cut
                'them' if len(cutting) > 1 else 'it', variable))
 
 
-def reattach_networks(obs, upstream):
+def reattach_networks(obs: Dict[str, Any], upstream: str) -> List[str]:
     """The networks a replaced proxy joins again: every one it was on but the upstream (made with it)."""
     return [n for n in obs['networks'] if n != upstream and n not in ('bridge', 'host', 'none')]
 
 
 class ProxyManager(object):
-    def __init__(self, client, spec, check_mode=False):
+    def __init__(self, client: Any, spec: Dict[str, Any], check_mode: bool = False) -> None:
         self.client = client
         self.spec = spec
         self.check_mode = check_mode
-        self.actions = []
-        self.messages = []
-        self.warnings = []
+        self.actions: List[str] = []
+        self.messages: List[str] = []
+        self.warnings: List[str] = []
 
     # --- inspection --------------------------------------------------------
-    def container(self):
+    def container(self) -> Any:
         return dc.get_container(self.client, self.spec['name'])
 
-    def image_id(self):
+    def image_id(self) -> Optional[str]:
         image = dc.get_image(self.client, self.spec['image'])
         return image.id if image else None
 
-    def missing_sources(self):
+    def missing_sources(self) -> List[str]:
         return [src for src, _dst in self.spec['mounts'] if not os.path.isfile(src)]
 
     # --- actions -----------------------------------------------------------
-    def check_log_dir(self):
+    def check_log_dir(self) -> None:
         """ProxyError when the decision log's folder cannot be used (a symlink, not a folder). Changes nothing."""
         if not self.spec.get('log_mount'):
             return
@@ -139,7 +143,7 @@ class ProxyManager(object):
             raise ProxyError('%s (egress_decision_log_dir) exists and is not a folder; move it away or name '
                              'another folder. Nothing was changed' % path)
 
-    def ensure_log_dir(self):
+    def ensure_log_dir(self) -> bool:
         """The decision log's host folder: made (0750, the proxy user's) when missing, given to the proxy user
         when it is someone else's. True when something was (or would be) done."""
         self.check_log_dir()
@@ -161,7 +165,7 @@ class ProxyManager(object):
             os.chown(path, PROXY_UID, PROXY_UID)
         return True
 
-    def ensure_network(self, internal=False):
+    def ensure_network(self, internal: bool = False) -> bool:
         net = dc.get_network(self.client, self.spec['network'])
         if net is not None:
             is_internal = bool((net.attrs or {}).get('Internal'))
@@ -183,7 +187,7 @@ class ProxyManager(object):
                 raise ProxyError('Creating network %s failed: %s' % (self.spec['network'], dc.api_message(exc)))
         return True
 
-    def _create(self):
+    def _create(self) -> Any:
         from docker.types import LogConfig, Mount, Ulimit
         spec = self.spec
         kwargs = create_kwargs(spec)
@@ -199,7 +203,7 @@ class ProxyManager(object):
         except Exception as exc:
             raise ProxyError('Creating container %s failed: %s' % (spec['name'], dc.api_message(exc)))
 
-    def apply(self, actions, container, old_networks):
+    def apply(self, actions: Iterable[str], container: Any, old_networks: Iterable[str]) -> Any:
         for action in actions:
             self.actions.append(action)
             if self.check_mode:
@@ -237,7 +241,7 @@ class ProxyManager(object):
                 raise ProxyError('%s of %s failed: %s' % (action, self.spec['name'], dc.api_message(exc)))
         return container
 
-    def wait_healthy(self, container, timeout):
+    def wait_healthy(self, container: Any, timeout: float) -> Optional[str]:
         """Wait (bounded) until the health check passes; return the last status."""
         deadline = time.monotonic() + timeout
         status = None
@@ -254,7 +258,7 @@ class ProxyManager(object):
             time.sleep(0.5)
 
 
-def logs_tail(container, lines=20):
+def logs_tail(container: Any, lines: int = 20) -> str:
     try:
         data = container.logs(tail=lines)
         return data.decode('utf-8', 'replace') if isinstance(data, bytes) else str(data)
@@ -262,7 +266,7 @@ def logs_tail(container, lines=20):
         return ''
 
 
-def hosts_address(hosts_text, name='host.docker.internal'):
+def hosts_address(hosts_text: Optional[str], name: str = 'host.docker.internal') -> Optional[str]:
     """The address ``name`` has in an /etc/hosts text, or None."""
     for line in (hosts_text or '').splitlines():
         words = line.split('#', 1)[0].split()
@@ -271,7 +275,7 @@ def hosts_address(hosts_text, name='host.docker.internal'):
     return None
 
 
-def gateways(client, container):
+def gateways(client: Any, container: Any) -> Tuple[List[str], Optional[str]]:
     """(gateways of every network the proxy is on, host-gateway address) from the daemon.
 
     The host-gateway address is what ``host.docker.internal`` is in the
