@@ -33,6 +33,7 @@ import difflib
 import errno
 import os
 import stat
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
@@ -55,7 +56,7 @@ class RefreshError(Exception):
 
 
 # --- naming --------------------------------------------------------------------
-def timestamp(now=None):
+def timestamp(now: Optional[datetime.datetime] = None) -> str:
     """UTC timestamp as used in backup names (``now`` may be naive UTC or aware)."""
     if now is None:
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -64,7 +65,8 @@ def timestamp(now=None):
     return now.strftime(TIMESTAMP_FORMAT)
 
 
-def backup_name(path, now=None, exists=os.path.lexists):
+def backup_name(path: str, now: Optional[datetime.datetime] = None,
+                exists: Callable[[str], bool] = os.path.lexists) -> str:
     """The first free backup name for ``path``: ``<path>.bak-<ts>``, else ``.1`` ... ``.999``."""
     base = path + BACKUP_INFIX + timestamp(now)
     if not exists(base):
@@ -77,16 +79,16 @@ def backup_name(path, now=None, exists=os.path.lexists):
                        % (base, base, base, MAX_COLLISION_SUFFIX))
 
 
-def is_backup_of(path, candidate):
+def is_backup_of(path: str, candidate: str) -> bool:
     return os.path.basename(candidate).startswith(os.path.basename(path) + BACKUP_INFIX)
 
 
 # --- refusals ------------------------------------------------------------------
-def rules_path(deploy_dir):
+def rules_path(deploy_dir: str) -> str:
     return _deployment.paths(os.path.normpath(deploy_dir))['rules']
 
 
-def check_target(deploy_dir):
+def check_target(deploy_dir: str) -> str:
     """Refuse a symlinked deploy/ or rules file, or a rules file that is not a regular file.
 
     Returns the rules path. Raises RefreshError; nothing is written either way.
@@ -113,18 +115,18 @@ def check_target(deploy_dir):
     return path
 
 
-def _read(path):
+def _read(path: str) -> str:
     with open(path, 'r') as handle:
         return handle.read()
 
 
 # --- comparison ------------------------------------------------------------------
-def unified_diff(current, packaged, path, packaged_name=PACKAGED_NAME):
+def unified_diff(current: str, packaged: str, path: str, packaged_name: str = PACKAGED_NAME) -> str:
     return ''.join(difflib.unified_diff(current.splitlines(True), packaged.splitlines(True),
                                         fromfile=path, tofile=packaged_name))
 
 
-def compare(deploy_dir, packaged=None, packaged_name=PACKAGED_NAME):
+def compare(deploy_dir: str, packaged: Optional[str] = None, packaged_name: str = PACKAGED_NAME) -> Dict[str, Any]:
     """Compare the folder's rules with the packaged copy (or ``packaged``)."""
     path = check_target(deploy_dir)
     if packaged is None:
@@ -146,7 +148,7 @@ def compare(deploy_dir, packaged=None, packaged_name=PACKAGED_NAME):
 
 
 # --- writing ---------------------------------------------------------------------
-def _create_backup(path, now=None):
+def _create_backup(path: str, now: Optional[datetime.datetime] = None) -> str:
     """Copy ``path`` to a fresh backup (exclusive create). Returns the backup path."""
     st = os.lstat(path)
     data = _read(path)
@@ -177,7 +179,7 @@ def _create_backup(path, now=None):
     raise RefreshError('Could not find a free backup name beside %s; nothing was changed.' % path)
 
 
-def read_source(source):
+def read_source(source: Optional[str]) -> Tuple[Optional[str], str]:
     """(text, name) of the rules to compare against: the packaged copy, or the file ``source`` names.
 
     RefreshError for a source that is missing, a symlink or not a regular file (nothing was read).
@@ -190,14 +192,16 @@ def read_source(source):
         return handle.read(), source
 
 
-def plan_refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
+def plan_refresh(deploy_dir: str, packaged: Optional[str] = None, now: Optional[datetime.datetime] = None,
+                 packaged_name: str = PACKAGED_NAME) -> Dict[str, Any]:
     """What a refresh would do (check mode): the comparison plus the backup it would make."""
     result = compare(deploy_dir, packaged, packaged_name)
     result['backup'] = backup_name(result['path'], now) if result['differs'] else None
     return result
 
 
-def refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
+def refresh(deploy_dir: str, packaged: Optional[str] = None, now: Optional[datetime.datetime] = None,
+            packaged_name: str = PACKAGED_NAME) -> Dict[str, Any]:
     """Back up the folder's rules and put the packaged copy in place (only when they differ).
 
     Returns the comparison plus ``backup`` (None when nothing differed) and ``changed``.
@@ -224,7 +228,7 @@ def refresh(deploy_dir, packaged=None, now=None, packaged_name=PACKAGED_NAME):
     return result
 
 
-def restore(deploy_dir, backup, check_mode=False):
+def restore(deploy_dir: str, backup: str, check_mode: bool = False) -> Dict[str, Any]:
     """Roll back: put ``backup`` back as the rules file (atomically). Returns a result dict."""
     path = check_target(deploy_dir)
     if not is_backup_of(path, backup) or os.path.dirname(os.path.abspath(backup)) != os.path.dirname(path):
@@ -246,7 +250,7 @@ def restore(deploy_dir, backup, check_mode=False):
 
 
 # --- the decision table ----------------------------------------------------------
-def proxy_facts(obs):
+def proxy_facts(obs: Optional[Dict[str, Any]]) -> Tuple[str, bool, int]:
     """(state, two_mount, job_count) from ``_proxy_spec.observed`` output (None when missing)."""
     if obs is None:
         return MISSING, False, 0
@@ -260,12 +264,12 @@ def proxy_facts(obs):
     return state, not _proxy_spec.mounts_endpoints(obs), len(obs['job_networks'])
 
 
-def _plural(n):
+def _plural(n: int) -> str:
     return '%d job%s' % (n, '' if n == 1 else 's')
 
 
-def decide(state, two_mount, differs, refresh, jobs=0, allow_cut_jobs=False, allow_replace=False,
-           current_includes_endpoints=False):
+def decide(state: str, two_mount: bool, differs: bool, refresh: bool, jobs: int = 0, allow_cut_jobs: bool = False,
+           allow_replace: bool = False, current_includes_endpoints: bool = False) -> Dict[str, Any]:
     """The action for one host. Pure.
 
     ``state``: running / paused / stopped / missing; ``two_mount``: the proxy
@@ -287,12 +291,12 @@ def decide(state, two_mount, differs, refresh, jobs=0, allow_cut_jobs=False, all
     out = dict(action='none', write=False, proxy_state=None, proxy_step=None, refuse=False,
                jobs_cut=0, mount_endpoints_before=not two_mount, message='')
 
-    def refuse(reasons):
+    def refuse(reasons: List[str]) -> Dict[str, Any]:
         out.update(action='refuse-needs-consent', refuse=True, jobs_cut=cuts,
                    message='Refused, nothing written: %s.' % '; '.join(reasons))
         return out
 
-    def consent(step):
+    def consent(step: str) -> List[str]:
         reasons = []
         if step == 'replace' and not allow_replace:
             reasons.append('the proxy mounts only two files (made before model endpoints), so the new rules need '
