@@ -145,6 +145,7 @@ replay:
 '''
 
 import os
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -155,7 +156,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec imp
 ALLOWLIST_FILE = 'egress-allowlist.conf'
 
 
-def _read_text(module, path, what):
+def _read_text(module: AnsibleModule, path: str, what: str) -> str:
     if os.path.islink(path):
         module.fail_json(msg='%s (%s) is a symlink; name the real file. Nothing was read.' % (path, what))
     try:
@@ -165,7 +166,7 @@ def _read_text(module, path, what):
         module.fail_json(msg='Cannot read %s (%s): %s. Name a readable file.' % (path, what, exc.strerror or exc))
 
 
-def _current_entries(module, p):
+def _current_entries(module: AnsibleModule, p: Dict[str, Any]) -> Tuple[Optional[List[str]], str]:
     if p['current_from_proxy']:
         client = dc.module_client(module, why='current_from_proxy reads the allowlist the proxy loaded')
         try:

@@ -146,6 +146,8 @@ install:
   type: dict
 '''
 
+from typing import Optional  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
@@ -155,7 +157,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall impor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
 
-def _local(docker_host):
+def _local(docker_host: Optional[str]) -> bool:
     return not docker_host or docker_host.startswith('unix://')
 
 

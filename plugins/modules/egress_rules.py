@@ -154,6 +154,7 @@ decision:
 '''
 
 import traceback
+from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -163,7 +164,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import r
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 
 
-def _decision(module, p, compared):
+def _decision(module: AnsibleModule, p: Dict[str, Any], compared: Dict[str, Any]) -> Dict[str, Any]:
     client = dc.module_client(module)
     try:
         container = dc.get_container(client, p['proxy_name'])
@@ -188,7 +189,7 @@ def _decision(module, p, compared):
     return decision
 
 
-def _restored(module, p, result):
+def _restored(module: AnsibleModule, p: Dict[str, Any], result: Dict[str, Any]) -> Dict[str, Any]:
     """The result of putting the backup ``restore_from`` back."""
     restored = _refresh.restore(p['deploy_dir'], p['restore_from'], check_mode=module.check_mode)
     result.update(changed=restored['changed'], restored=restored['changed'], path=restored['path'],
