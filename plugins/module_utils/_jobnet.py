@@ -13,13 +13,14 @@ Every name here is the very object ``jobnet`` defines (not a copy).
 from __future__ import annotations
 
 import warnings
+from typing import Any, List
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _api
 
 __all__ = sorted(_api.__all__)  # the same names as jobnet's list (a copy, sorted)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     """Every published name, from ``jobnet``, with a DeprecationWarning at the caller's line (PEP 562)."""
     if name not in _api.__all__:
         raise AttributeError('module %r has no attribute %r' % (__name__, name))
@@ -30,5 +31,5 @@ def __getattr__(name):
     return getattr(_api, name)
 
 
-def __dir__():
+def __dir__() -> List[str]:
     return sorted(__all__)

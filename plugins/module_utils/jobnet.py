@@ -64,6 +64,8 @@ The contracts (each function's docstring has the details):
 
 from __future__ import annotations
 
+from typing import Any, List
+
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
     EngineError,
     EngineUnavailable,
@@ -124,7 +126,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.prefli
 )
 
 
-def proxy_family(client, proxy_name=PROXY_NAME):
+def proxy_family(client: Any, proxy_name: str = PROXY_NAME) -> List[_shards.Member]:
     """The proxy (index 0, when it exists) and its shards by index, as ``Member`` objects.
 
     Read-only: one container inspect and one container listing. Raises EngineError /
