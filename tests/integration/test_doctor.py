@@ -26,8 +26,8 @@ REPORT_DIR = os.environ.get('PI_DOCTOR_REPORT_DIR')
 
 def doctor_vars(env, json_path, **more):
     extra = {
-        'doctor_proxy_name': env.proxy,
-        'doctor_deploy_dir': env.deploy_dir,
+        'egress_proxy_name': env.proxy,
+        'egress_deploy_dir': env.deploy_dir,
         'doctor_probe_image': env.tools_image,
         'doctor_provider_host': 'api.provider.test',
         'doctor_deny_host': 'denied.test',
@@ -49,6 +49,16 @@ def run_doctor(env, tmp_path, name, **more):
     assert json_path.exists(), out[-4000:]
     lines = [json.loads(text) for text in json_path.read_text().splitlines() if text.strip()]
     return rc, out, dict((line['id'], line) for line in lines), lines
+
+
+def test_a_removed_variable_name_fails_the_doctor_before_it_runs_anything(egress_env, tmp_path):
+    """doctor_proxy_name (deprecated in 0.3.0, removed in 0.4.0) is refused by name, not ignored."""
+    rc, out, _recap = run_playbook('playbooks/doctor.yml', doctor_vars(egress_env, tmp_path / 'old.jsonl',
+                                                                       doctor_proxy_name=egress_env.proxy),
+                                   timeout=300)
+    assert rc != 0, out[-3000:]
+    assert 'doctor_proxy_name was removed in pi_dispatch.egress 0.4.0' in out and 'set egress_proxy_name' in out
+    assert 'Run the doctor' not in out, 'the doctor ran although a removed name was set'
 
 
 def _no_doctor_objects_of(client, pid):
@@ -188,8 +198,8 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
         json.dump({'version': 1, 'endpoints': [{'id': 'm1', 'host': 'models.test', 'port': 11434, 'slots': 1}]},
                   handle)
 
-    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'leaky', doctor_proxy_name=OWN_PROXY,
-                                       doctor_deploy_dir=own_proxy)
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'leaky', egress_proxy_name=OWN_PROXY,
+                                       egress_deploy_dir=own_proxy)
     assert rc != 0, out[-4000:]
     assert by_id['canary.deny_leaks']['status'] == 'fail', lines
     assert 'denied.test' in by_id['canary.deny_leaks']['message']
@@ -205,8 +215,8 @@ def test_rules_that_let_everything_through_fail(egress_env, own_proxy, tmp_path)
 
     # Proxy stopped: a hard failure naming the start command; no probe claims a pass.
     client.api.stop(OWN_PROXY, timeout=10)
-    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'stopped', doctor_proxy_name=OWN_PROXY,
-                                       doctor_deploy_dir=own_proxy)
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'stopped', egress_proxy_name=OWN_PROXY,
+                                       egress_deploy_dir=own_proxy)
     assert rc != 0, out[-4000:]
     assert by_id['proxy.stopped']['status'] == 'fail'
     assert by_id['proxy.stopped']['fix'] == 'docker start %s' % OWN_PROXY
@@ -294,8 +304,8 @@ def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
     assert rc == 0, out[-4000:]
     overlay = tmp_path / 'models.json'
     overlay.write_text(MODELS_JSON)
-    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'endpoints', doctor_proxy_name=OWN_PROXY,
-                                       doctor_deploy_dir=own_proxy, doctor_models_json=str(overlay),
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'endpoints', egress_proxy_name=OWN_PROXY,
+                                       egress_deploy_dir=own_proxy, doctor_models_json=str(overlay),
                                        doctor_isolation=False)
     assert rc == 0, out[-4000:]  # warnings only
     assert by_id['endpoints.include']['status'] == 'ok', lines

@@ -150,8 +150,8 @@ def test_doctor_squid_version_public_suffix_and_no_secret(sec_world, tmp_path):
     overlay.write_text(MODELS_JSON)
     json_path = tmp_path / 'doctor.jsonl'
     rc, out, _recap = run_playbook('playbooks/doctor.yml', {
-        'doctor_proxy_name': PROXY,
-        'doctor_deploy_dir': sec_world['deploy_dir'],
+        'egress_proxy_name': PROXY,
+        'egress_deploy_dir': sec_world['deploy_dir'],
         'doctor_probe_image': TOOLS_IMAGE,
         'doctor_provider_host': 'api.provider.test',
         'doctor_deny_host': 'denied.test',

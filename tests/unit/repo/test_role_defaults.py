@@ -160,16 +160,16 @@ DEPRECATED_ALIASES = [
 
 
 @pytest.mark.parametrize('role, old, new', DEPRECATED_ALIASES)
-def test_a_deprecated_alias_is_documented_has_no_default_and_wins(role, old, new):
-    """The old name stays undefined unless set (so setting it is seen), and the tasks prefer it to the new one."""
+def test_a_removed_alias_is_refused_by_name_and_no_longer_read(role, old, new):
+    """Removed in 0.4.0: not in the spec or the defaults, never read, and a set one fails the role first."""
     defaults = yaml.safe_load(_read(role, 'defaults', 'main.yml')) or {}
     options = yaml.safe_load(_read(role, 'meta', 'argument_specs.yml'))['argument_specs']['main']['options']
-    assert old not in defaults and 'default' not in options[old]
-    assert 'Deprecated alias of %s' % new in options[old]['description']
-    assert new in options
-    tasks = _read(role, 'tasks', 'main.yml')
-    assert '%s | default(%s)' % (old, new) in tasks
-    assert '%s: %s' % (old, new) in tasks  # the deprecation warning's table
+    assert old not in defaults and old not in options and new in options
+    tasks = yaml.safe_load(_read(role, 'tasks', 'main.yml'))
+    first = tasks[0]
+    assert 'ansible.builtin.fail' in first and '%s: %s' % (old, new) in yaml.safe_dump(first['vars'], width=200)
+    assert 'removed in pi_dispatch.egress 0.4.0' in first['ansible.builtin.fail']['msg']
+    assert not [t for t in tasks[1:] if old in yaml.safe_dump(t, width=200)]
     with open(os.path.join(ROOT, 'docs', 'reference.md')) as handle:
         assert '| `%s` | `%s` |' % (old, new) in handle.read()
 
