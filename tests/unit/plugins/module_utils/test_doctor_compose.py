@@ -43,9 +43,12 @@ class Fake(_doctor_context.Check):
         return [Line('canary.notrun', 'notrun', self.name)]
 
 
-def fakes(recorder, attrs=RUNNING, **effects):
+RUNNING_PROXY = object()  # the default of fakes(): a running proxy (None is a missing one)
+
+
+def fakes(recorder, attrs=RUNNING_PROXY, **effects):
     def set_attrs(ctx):
-        ctx.attrs = attrs
+        ctx.attrs = RUNNING if attrs is RUNNING_PROXY else attrs
 
     def set_isolation(ctx):
         ctx.isolation_lines = [Line('isolation.notrun', 'notrun', 'isolation')]
