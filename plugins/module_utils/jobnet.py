@@ -84,6 +84,13 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.lifecy
     create_job_network,
     teardown_job_network,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.transparent import (
+    EXPLICIT,
+    MODES,
+    TRANSPARENT,
+    TRANSPARENT_PREFIX,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import (
     LABEL_CREATED,
     LABEL_JOB_ID,
@@ -117,6 +124,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.shards i
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.preflight import (
     ADMIT,
     ENGINE_UNAVAILABLE,
+    GATEWAY_MISSING,
+    GATEWAY_STOPPED,
+    TRANSPARENT_VERDICTS,
     PROXY_MISSING,
     PROXY_STOPPED,
     VERDICTS,
@@ -146,13 +156,15 @@ def proxy_family(client: Any, proxy_name: str = PROXY_NAME) -> List[_shards.Memb
 # shard, shard_bound=DEFAULT_SHARD_BOUND job networks each; 0 turns it off), JobNetwork.proxy names it.
 # 3.0: shard_bound defaults to None: the bound the proxy carries (role variable
 # egress_proxy_shard_bound), else DEFAULT_SHARD_BOUND, now 10 (was 50).
-API_VERSION = '3.0'
+# 3.1: mode='transparent' (create_job_network's mode, project_policy and gateway_name; teardown's
+# gateway_name; JobNetwork.mode, .dns, .gateway, .optins; preflight's mode and gateway_name).
+API_VERSION = '3.1'
 
 __all__ = [
     'API_VERSION',
     # preflight
     'preflight', 'lazy_client', 'Verdict', 'VERDICTS', 'ADMIT', 'PROXY_STOPPED', 'PROXY_MISSING',
-    'ENGINE_UNAVAILABLE',
+    'ENGINE_UNAVAILABLE', 'GATEWAY_MISSING', 'GATEWAY_STOPPED', 'TRANSPARENT_VERDICTS',
     # create and teardown
     'create_job_network', 'teardown_job_network', 'inspect_job_network', 'JobNetwork', 'CREATE_ATTEMPTS',
     # proxy shards
@@ -165,6 +177,8 @@ __all__ = [
     'validate_job_id', 'validate_id_prefix', 'network_name', 'container_name', 'looks_like_job_network',
     'job_id_from_network_name', 'job_labels', 'job_env', 'PROXY_NAME', 'PROXY_PORT', 'NO_PROXY',
     'LABEL_JOB_ID', 'LABEL_CREATED', 'LABEL_OWNER_HOST',
+    # transparent job networks
+    'EXPLICIT', 'TRANSPARENT', 'MODES', 'TRANSPARENT_PREFIX', 'GATEWAY_NAME',
     # exceptions
     'JobNetError', 'PoolExhausted', 'EngineError', 'EngineUnavailable',
 ]

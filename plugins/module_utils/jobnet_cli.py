@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
                           'default: DOCKER_HOST, then the local socket')
     top.add_argument('--timeout', type=int, default=dc.DEFAULT_TIMEOUT, help='seconds per daemon call')
     top.add_argument('--proxy', default=jobnet.PROXY_NAME, help='the egress proxy container (default %(default)s)')
+    top.add_argument('--gateway', default=jobnet.GATEWAY_NAME,
+                     help='the gateway of transparent job networks (default %(default)s)')
     sub = top.add_subparsers(dest='command', required=True)
 
     create = sub.add_parser('create', help='create pi-job-<id>-net and attach the proxy (idempotent)')
@@ -82,6 +84,10 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument('--remote', action='store_true',
                         help='the daemon is on another host: do not read this host\'s routes')
     create.add_argument('--check', action='store_true', help='say what would be done, change nothing')
+    create.add_argument('--mode', choices=jobnet.MODES, default=jobnet.EXPLICIT,
+                        help='explicit (proxy variables) or transparent (the gateway; docs/transparent.md)')
+    create.add_argument('--project-policy', default=None,
+                        help='transparent: the project\'s .pi-container/config.yaml (seeded deny-all when missing)')
 
     teardown = sub.add_parser('teardown', help='detach the proxy and remove pi-job-<id>-net (idempotent)')
     teardown.add_argument('job_id')
@@ -89,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser('preflight', help='the verdict before a job spends anything (one inspect)')
     check.add_argument('--disabled', action='store_true', help='the egress policy is off: admit, ask no daemon')
+    check.add_argument('--mode', choices=jobnet.MODES, default=jobnet.EXPLICIT,
+                       help='transparent: the gateway must run too')
 
     sweep = sub.add_parser('sweep', help='remove the job networks a dead worker left behind')
     sweep.add_argument('--min-age', type=int, default=300, help='seconds a network must have lived')
@@ -105,20 +113,21 @@ def _client(args: argparse.Namespace) -> Any:
 def run_create(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Any]) -> Result:
     net = jobnet.create_job_network(connect(args), args.job_id, proxy_name=args.proxy, pool=args.pool,
                                     prefix=args.prefix, routes=[] if args.remote else None,
-                                    check_mode=args.check, shard_bound=args.shard_bound)
+                                    check_mode=args.check, shard_bound=args.shard_bound, mode=args.mode,
+                                    project_policy=args.project_policy, gateway_name=args.gateway)
     return dict(net.as_dict(), run_args=net.run_args())
 
 
 def run_teardown(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Any]) -> Result:
     return dict(jobnet.teardown_job_network(connect(args), args.job_id, proxy_name=args.proxy,
-                                            check_mode=args.check))
+                                            check_mode=args.check, gateway_name=args.gateway))
 
 
 def run_preflight(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Any]) -> Result:
     # One inspect and no ping: the client is built only when the policy is on (lazy_client).
     client = jobnet.lazy_client(args.docker_host, args.timeout) if connect is _client else (lambda: connect(args))
     verdict = jobnet.preflight(client, proxy_name=args.proxy, enabled=not args.disabled,
-                               docker_host=args.docker_host)
+                               docker_host=args.docker_host, mode=args.mode, gateway_name=args.gateway)
     return dict(verdict.as_dict(), admitted=verdict.admitted)
 
 

@@ -41,6 +41,16 @@ options:
     description: Fail the task unless the verdict is C(admit) (the verdict is returned either way).
     type: bool
     default: false
+  mode:
+    description: The job's network mode. For C(transparent) the gateway I(gateway_name) must run too (a second
+      inspect).
+    type: str
+    choices: [explicit, transparent]
+    default: explicit
+  gateway_name:
+    description: The gateway of transparent job networks.
+    type: str
+    default: pi-dispatch-egress-gateway
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -62,7 +72,8 @@ EXAMPLES = r'''
 
 RETURN = r'''
 verdict:
-  description: One of admit, egress-proxy-stopped, egress-proxy-missing, engine-unavailable.
+  description: One of admit, egress-proxy-stopped, egress-proxy-missing, engine-unavailable, and for I(mode=transparent)
+    egress-gateway-stopped, egress-gateway-missing.
   returned: always
   type: str
   sample: admit
@@ -96,6 +107,8 @@ def main():
         enabled=dict(type='bool', default=True),
         proxy_name=dict(type='str', default=_jobnet.PROXY_NAME),
         fail_on_refusal=dict(type='bool', default=False),
+        mode=dict(type='str', default=_jobnet.EXPLICIT, choices=list(_jobnet.MODES)),
+        gateway_name=dict(type='str', default=_jobnet.GATEWAY_NAME),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -105,7 +118,8 @@ def main():
     if problem:
         module.fail_json(msg=problem)
     verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout'], **dc.tls_options(p)),
-                                proxy_name=p['proxy_name'], enabled=p['enabled'], docker_host=p['docker_host'])
+                                proxy_name=p['proxy_name'], enabled=p['enabled'], docker_host=p['docker_host'],
+                                mode=p['mode'], gateway_name=p['gateway_name'])
     result = dict(changed=False, admitted=verdict.admitted, **verdict.as_dict())
     if p['fail_on_refusal'] and not verdict.admitted:
         module.fail_json(msg=verdict.message, **result)

@@ -81,6 +81,29 @@ options:
         role's C(egress_proxy_shard_bound)), else 10.
       - Why a bound at all, and the figures, in docs/job-networks.md ("What grows with the number of jobs").
     type: int
+  mode:
+    description:
+      - C(explicit) (the default) hands the job the proxy variables; every client must honour them.
+      - C(transparent) needs nothing from the job (docs/transparent.md). Its names resolve through the gateway
+        I(gateway_name), which answers only the names the allowlist, the model endpoints and the project's
+        opt-ins cover (NXDOMAIN for any other, sent nowhere), relays 80 and 443 into the proxy and forwards only
+        the ports the project opted in. I(env) is then empty and I(run_args) carries C(--dns).
+      - A transparent network is a /26 (with I(prefix) left at 29; else I(prefix) must be 27 or wider).
+    type: str
+    choices: [explicit, transparent]
+    default: explicit
+  project_policy:
+    description:
+      - With I(mode=transparent), the absolute path of the project's policy file (seed 001's
+        C(.pi-container/config.yaml); only its C(egress.allow) is read). A project without it gets the deny-all
+        seed, written create-only. Unset, the job gets no opt-in at all.
+      - Refused with any other mode.
+    type: path
+  gateway_name:
+    description: The gateway container of transparent job networks (started by the proxy role with
+      C(egress_gateway_enabled)).
+    type: str
+    default: pi-dispatch-egress-gateway
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -142,6 +165,21 @@ run_args:
   returned: when state=present
   type: list
   elements: str
+mode:
+  description: The network's mode (explicit or transparent).
+  returned: when state=present
+  type: str
+  sample: transparent
+dns:
+  description: The gateway's address the job resolves through (transparent networks; null otherwise).
+  returned: when state=present
+  type: str
+  sample: 10.47.0.2
+optins:
+  description: What the project opened (transparent networks) - C(path), C(seeded) (the deny-all file was written
+    now), C(wide) (keys set to C(true)), C(ports) (C(tcp)/C(udp) port to C(true) or a list of names).
+  returned: when state=present and mode=transparent
+  type: dict
 actions:
   description: The actions taken (or, in check mode, that would be taken), in order.
   returned: always
@@ -167,6 +205,9 @@ def main():
         no_proxy=dict(type='str', default=_jobnet.NO_PROXY),
         check_host_routes=dict(type='bool', default=True),
         shard_bound=dict(type='int'),
+        mode=dict(type='str', default=_jobnet.EXPLICIT, choices=list(_jobnet.MODES)),
+        project_policy=dict(type='path'),
+        gateway_name=dict(type='str', default=_jobnet.GATEWAY_NAME),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -191,13 +232,17 @@ def main():
             jobnet = _jobnet.create_job_network(
                 client, p['job_id'], proxy_name=p['proxy_name'], proxy_port=p['proxy_port'], pool=p['pool'],
                 prefix=p['prefix'], routes=None if p['check_host_routes'] else [], no_proxy=p['no_proxy'],
-                check_mode=module.check_mode, shard_bound=p['shard_bound'])
+                check_mode=module.check_mode, shard_bound=p['shard_bound'], mode=p['mode'],
+                project_policy=p['project_policy'], gateway_name=p['gateway_name'])
             result.update(changed=jobnet.changed, network_id=jobnet.network_id, subnet=jobnet.subnet,
-                          proxy=jobnet.proxy, env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions)
+                          proxy=jobnet.proxy, env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions,
+                          mode=jobnet.mode, dns=jobnet.dns)
+            if jobnet.optins is not None:
+                result['optins'] = jobnet.optins
             after = True
         else:
             done = _jobnet.teardown_job_network(client, p['job_id'], proxy_name=p['proxy_name'],
-                                                check_mode=module.check_mode)
+                                                check_mode=module.check_mode, gateway_name=p['gateway_name'])
             result.update(changed=done['changed'], actions=done['actions'])
             after = False
     except (_jobnet.JobNetError, dc.EngineError) as exc:

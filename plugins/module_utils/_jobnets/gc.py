@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
@@ -92,14 +94,16 @@ class SweepDecision(object):
 
 def decide_sweep(name: str, labels: Optional[Dict[str, str]], created: Optional[float],
                  members: Optional[Sequence[Dict[str, Any]]], now: float, min_age: float = 0,
-                 proxy_name: str = PROXY_NAME, remove_exited_jobs: bool = False, id_prefix: str = '') -> SweepDecision:
+                 proxy_name: str = PROXY_NAME, remove_exited_jobs: bool = False, id_prefix: str = '',
+                 gateway_name: str = GATEWAY_NAME) -> SweepDecision:
     """What the sweep does with one network. Pure.
 
     ``labels``: the network's labels; ``created``: epoch seconds or None;
     ``members``: [{'name': ..., 'state': ...}] for every container configured
     on it (``state`` as docker says, or 'missing' for a stale endpoint);
     ``now``: epoch seconds. ``id_prefix`` limits the sweep to job ids that
-    start with it (tests and shared daemons).
+    start with it (tests and shared daemons). The gateway ``gateway_name`` of
+    a transparent network is detached like the proxy.
     """
     if not looks_like_job_network(name):
         return SweepDecision(None)
@@ -129,7 +133,7 @@ def decide_sweep(name: str, labels: Optional[Dict[str, str]], created: Optional[
     for member in members or []:
         mname = member.get('name')
         state = (member.get('state') or '').lower()
-        if _shards.is_family_name(mname or '', proxy_name):
+        if _shards.is_family_name(mname or '', proxy_name) or mname == gateway_name:
             detach.append(mname)
             continue
         is_job = mname == job_container
@@ -212,7 +216,8 @@ def network_created(net_attrs: Dict[str, Any]) -> Optional[float]:
 # --------------------------------------------------------------------------
 
 def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, proxy_name: str = PROXY_NAME,
-          id_prefix: str = '', check_mode: bool = False, now: Optional[float] = None) -> Dict[str, Any]:
+          id_prefix: str = '', check_mode: bool = False, now: Optional[float] = None,
+          gateway_name: str = GATEWAY_NAME) -> Dict[str, Any]:
     """Collect job networks a dead worker left behind.
 
     Returns dict(removed=[...], kept=[...], failed=[...], changed=bool).
@@ -261,7 +266,7 @@ def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, pro
             continue
         members = _resolve_missing(client, members_of(attrs, containers))
         decision = decide_sweep(name, attrs.get('Labels'), network_created(attrs), members, now, min_age,
-                                proxy_name, remove_exited_jobs, id_prefix)
+                                proxy_name, remove_exited_jobs, id_prefix, gateway_name)
         if decision.action is None:
             continue
         if decision.action == 'keep':
@@ -274,7 +279,7 @@ def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, pro
             result['removed'].append(entry)
             result['changed'] = True
             continue
-        failure = _execute_removal(client, attrs['Id'], decision)
+        failure = _execute_removal(client, attrs['Id'], decision, gateway_name, name)
         if failure:
             step, message, done = failure
             result['failed'].append(dict(network=name, job_id=decision.job_id, step=step, message=message,
@@ -329,7 +334,8 @@ def _sweep_shards_held(client: Any, proxy_name: str, result: Dict[str, Any], che
                                          message=str(exc), done=[]))
 
 
-def _execute_removal(client: Any, net_id: str, decision: SweepDecision) -> Optional[Tuple[str, str, List[str]]]:
+def _execute_removal(client: Any, net_id: str, decision: SweepDecision, gateway_name: str = GATEWAY_NAME,
+                     net_name: str = '') -> Optional[Tuple[str, str, List[str]]]:
     """None on success, else (step, daemon message, actions already done)."""
     done = []
     for cname in decision.remove_containers:
@@ -340,6 +346,11 @@ def _execute_removal(client: Any, net_id: str, decision: SweepDecision) -> Optio
             if not status_404(exc):
                 return ('remove-container %s' % cname, str(as_engine_error('docker rm %s' % cname, exc)), done)
     for member in decision.detach:
+        if member == gateway_name and net_name:
+            try:
+                _transparent.forget(client, gateway_name, net_name)
+            except EngineError:
+                pass  # a stopped gateway forgets the network at its next start
         try:
             if disconnect(client, member, net_id):
                 done.append('detached %s' % member)

@@ -37,6 +37,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import (
     LABEL_JOB_ID,
+    LABEL_MODE,
+    JobNetError,
     NO_PROXY,
     PROXY_NAME,
     PROXY_PORT,
@@ -46,6 +48,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     network_name,
     validate_job_id,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME, GatewayError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import (
     DEFAULT_POOL,
     DEFAULT_PREFIX,
@@ -80,13 +85,21 @@ class JobNetwork(object):
     text); ``env`` (the proxy variables, :func:`job_env`); ``network_id``
     (None in check mode); ``changed``; ``actions`` (what was done, or in
     check mode what would be); ``proxy`` (the container that carries it: the
-    proxy or one of its shards, which the job reaches by the proxy's name).
+    proxy or one of its shards, which the job reaches by the proxy's name);
+    ``mode`` (``explicit`` or ``transparent``); for a transparent network
+    ``dns`` (the gateway's address the job resolves through), ``gateway``
+    (its container) and ``optins`` (what the project opened, as a dict).
     """
 
     def __init__(self, job_id: str, network: str, container: str, subnet: Optional[str], env: Dict[str, str],
                  network_id: Optional[str] = None, changed: bool = False, actions: Optional[List[str]] = None,
-                 proxy: Optional[str] = None) -> None:
+                 proxy: Optional[str] = None, mode: str = _transparent.EXPLICIT, dns: Optional[str] = None,
+                 gateway: Optional[str] = None, optins: Optional[Dict[str, Any]] = None) -> None:
         self.job_id = job_id
+        self.mode = mode
+        self.dns = dns
+        self.gateway = gateway
+        self.optins = optins
         self.proxy = proxy
         self.network = network
         self.container = container
@@ -97,8 +110,14 @@ class JobNetwork(object):
         self.actions = list(actions or [])
 
     def run_args(self) -> List[str]:
-        """``docker run`` arguments for the job container (name, network, env)."""
+        """``docker run`` arguments for the job container (name, network, env).
+
+        A transparent job gets no proxy variable; it resolves through its gateway (``--dns``) and
+        holds no raw socket (``--cap-drop NET_RAW``): it needs nothing else, and no capability.
+        """
         args = ['--name', self.container, '--network', self.network]
+        if self.mode == _transparent.TRANSPARENT:
+            args += ['--dns', str(self.dns), '--cap-drop', 'NET_RAW']
         for key in sorted(self.env):
             args += ['-e', '%s=%s' % (key, self.env[key])]
         return args
@@ -106,10 +125,54 @@ class JobNetwork(object):
     def as_dict(self) -> Dict[str, Any]:
         return dict(job_id=self.job_id, network=self.network, container=self.container,
                     subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
-                    changed=self.changed, actions=list(self.actions), proxy=self.proxy)
+                    changed=self.changed, actions=list(self.actions), proxy=self.proxy, mode=self.mode,
+                    dns=self.dns, gateway=self.gateway, optins=self.optins)
 
     def __repr__(self) -> str:
         return 'JobNetwork(%r)' % (self.as_dict(),)
+
+
+class _How(object):
+    """How a job network is made: its mode and, for a transparent one, its opt-ins and gateway."""
+
+    def __init__(self, mode: str = _transparent.EXPLICIT, optins: Optional[_optins.Optins] = None,
+                 gateway: str = GATEWAY_NAME, proxy_port: int = PROXY_PORT) -> None:
+        self.mode = mode
+        self.optins = optins or _optins.deny_all()
+        self.gateway = gateway
+        self.proxy_port = proxy_port
+
+    def result(self, jn: JobNetwork, attrs: Optional[Dict[str, Any]] = None) -> JobNetwork:
+        jn.mode = self.mode
+        if self.mode == _transparent.TRANSPARENT:
+            jn.gateway = self.gateway
+            jn.optins = self.optins.as_dict()
+            jn.dns = _transparent.address_on(attrs or {}, self.gateway)
+        return jn
+
+
+def _with_gateway(client: Any, net_id: str, name: str, job_id: str, carrier: str, how: _How) -> List[str]:
+    """Attach the gateway to a transparent network and have it apply the network's file. Returns the actions.
+
+    Raises EngineError (GatewayError) naming what failed; the caller undoes what it made.
+    """
+    actions = []
+    try:
+        if connect_proxy(client, net_id, how.gateway):
+            actions.append('attach %s' % how.gateway)
+    except EngineError as exc:
+        raise GatewayError('Attaching the gateway %s to %s failed: %s. Start it first (docs/transparent.md).'
+                           % (how.gateway, name, exc))
+    attrs = inspect_job_network(client, name) or {}
+    gw_addr = _transparent.address_on(attrs, how.gateway)
+    proxy_addr = _transparent.address_on(attrs, carrier)
+    if not gw_addr or not proxy_addr:
+        raise GatewayError('%s has no address for the gateway %s or the proxy %s after attaching them'
+                           % (name, how.gateway, carrier))
+    _transparent.configure(client, how.gateway, _transparent.config(
+        job_id, name, subnet_of(attrs), gw_addr, proxy_addr, how.proxy_port, how.optins))
+    actions.append('configure %s for %s' % (how.gateway, name))
+    return actions
 
 
 def _ownership_problem(attrs: Dict[str, Any], job_id: str) -> Optional[str]:
@@ -137,10 +200,16 @@ def _overlap_refused(message: str) -> bool:
 
 
 def _existing_job_network(client: Any, name: str, job_id: str, proxy_name: str, env: Dict[str, str], cname: str,
-                          check_mode: bool, shard_bound: Optional[int] = 0) -> Optional[JobNetwork]:
+                          check_mode: bool, shard_bound: Optional[int] = 0, how: Optional['_How'] = None
+                          ) -> Optional[JobNetwork]:
     attrs = inspect_job_network(client, name)
     if attrs is None:
         return None
+    how = how or _How()
+    have_mode = (attrs.get('Labels') or {}).get(LABEL_MODE, _transparent.EXPLICIT)
+    if have_mode != how.mode:
+        raise EngineError("Network %s exists as a %s job network, and this call asks for %s. Nothing was "
+                          "changed. Tear it down first, or ask for the mode it has." % (name, have_mode, how.mode))
     problem = _ownership_problem(attrs, job_id)
     if problem:
         raise EngineError(
@@ -167,8 +236,11 @@ def _existing_job_network(client: Any, name: str, job_id: str, proxy_name: str, 
                     "Attaching the proxy %s to the existing network %s failed: %s. The network "
                     "was left as it was. Start or create the proxy (playbooks/site.yml), then "
                     "retry." % (proxy_name, name, exc))
-    return JobNetwork(job_id, name, cname, subnet_of(attrs), env, attrs.get('Id'),
-                      changed=bool(actions), actions=actions, proxy=carrier)
+    if how.mode == _transparent.TRANSPARENT and not check_mode:
+        actions += _with_gateway(client, attrs['Id'], name, job_id, carrier, how)
+        attrs = inspect_job_network(client, name) or attrs
+    return how.result(JobNetwork(job_id, name, cname, subnet_of(attrs), env, attrs.get('Id'),
+                                 changed=bool(actions), actions=actions, proxy=carrier), attrs)
 
 
 def _carrier_for(client: Any, proxy_name: str, shard_bound: Optional[int], check_mode: bool = False) -> str:
@@ -219,7 +291,8 @@ def _attach(client: Any, net_id: str, net_name: str, proxy_name: str, shard_boun
 
 
 def _make_network(client: Any, memo: Dict[Any, Any], name: str, labels: Dict[str, str], pool: str, prefix: int,
-                  routes: Optional[Sequence[Any]]) -> Tuple[Optional[str], Optional[ipaddress.IPv4Network]]:
+                  routes: Optional[Sequence[Any]], split: bool = False
+                  ) -> Tuple[Optional[str], Optional[ipaddress.IPv4Network]]:
     """Create ``name`` on a free subnet of the pool: (network id, subnet), or (None, None) when it exists.
 
     Called under the daemon's lock (_jobnet_lock), so no creator on this host picks at the same
@@ -259,7 +332,8 @@ def _make_network(client: Any, memo: Dict[Any, Any], name: str, labels: Dict[str
             try:
                 resp = client.api.create_network(
                     name, driver='bridge', internal=True, labels=labels, check_duplicate=True,
-                    ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
+                    ipam=IPAMConfig(pool_configs=[IPAMPool(
+                        subnet=str(subnet), iprange=str(_transparent.halves(subnet)[0]) if split else None)]))
             except Exception as exc:
                 if connection_failed(exc):
                     raise as_engine_error('Creating network %s failed' % name, exc)
@@ -286,7 +360,8 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
                        pool: str = DEFAULT_POOL, prefix: int = DEFAULT_PREFIX,
                        routes: Optional[Sequence[Any]] = None, no_proxy: str = NO_PROXY, check_mode: bool = False,
                        now: Optional[float] = None, owner_host: Optional[str] = None,
-                       shard_bound: Optional[int] = None) -> JobNetwork:
+                       shard_bound: Optional[int] = None, mode: str = _transparent.EXPLICIT,
+                       project_policy: Optional[str] = None, gateway_name: str = GATEWAY_NAME) -> JobNetwork:
     """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
 
     Idempotent: an existing network of ours that is internal is kept, and the
@@ -320,6 +395,16 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     overlapping subnet and create picks again from a random place in the
     pool, up to CREATE_ATTEMPTS times.
 
+    ``mode='transparent'`` (docs/transparent.md) makes a network whose job
+    needs no proxy variable: the network is a /26 (``prefix`` left at its
+    default; /27 or wider when given), labelled with its mode, and the
+    gateway ``gateway_name`` is attached beside the proxy and told the
+    network's opt-ins, read from ``project_policy`` (the project's
+    ``.pi-container/config.yaml``; written deny-all, create-only, when it is
+    missing; None: deny-all, no file). The result's ``env`` is empty and
+    ``run_args()`` carries ``--dns <gateway>``. A refused policy file raises
+    JobNetError naming the file and key, before anything is created.
+
     Returns a JobNetwork. Raises JobNetError (bad job id, pool or prefix;
     nothing touched), PoolExhausted (no free subnet), EngineError (the
     daemon refused, the name belongs to something else, or the proxy could
@@ -328,38 +413,59 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     did not answer; retryable).
     """
     validate_job_id(job_id)
+    _transparent.check_mode_name(mode)
+    prefix = _transparent.prefix_for(mode, prefix, DEFAULT_PREFIX)
     parse_pool(pool, prefix)
     _shards.check_bound(shard_bound)
+    how = _How(mode, None, gateway_name, proxy_port)
+    if mode == _transparent.TRANSPARENT:
+        if project_policy is not None:
+            try:
+                how.optins = _optins.load(project_policy)
+            except (_optins.OptinError, OSError) as exc:
+                raise JobNetError(str(exc))
+        env = {}  # type: Dict[str, str]
+    else:
+        if project_policy is not None:
+            raise JobNetError('project_policy is read for a transparent job network only (it opens ports the '
+                              'gateway forwards). Fix: pass mode=%r, or leave project_policy out. Nothing was '
+                              'created.' % _transparent.TRANSPARENT)
+        env = job_env(proxy_name, proxy_port, no_proxy)
     name = network_name(job_id)
-    env = job_env(proxy_name, proxy_port, no_proxy)
     cname = container_name(job_id)
     labels = job_labels(job_id, now=now, host=owner_host)
+    if mode == _transparent.TRANSPARENT:
+        labels[LABEL_MODE] = mode
     memo = client_memo(client)
 
     if check_mode:
-        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, True, shard_bound)
+        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, True, shard_bound, how)
         if found is not None:
             return found
         subnet = allocate_subnet(pool, prefix, subnet_book(client, memo).taken() + route_subnets(routes))
         carrier = _carrier_for(client, proxy_name, shard_bound, check_mode=True)
-        return JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
-                          actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
+        actions = ['create %s (%s)' % (name, subnet), 'attach %s' % carrier]
+        if mode == _transparent.TRANSPARENT:
+            actions.append('attach %s' % gateway_name)
+        return how.result(JobNetwork(job_id, name, cname, str(subnet), env, None, changed=True,
+                                     actions=actions, proxy=carrier))
 
     with _jobnet_lock.held(client, memo) as lock:
         return _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix,
-                            routes, shard_bound)
+                            routes, shard_bound, how)
 
 
 def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job_id: str, name: str, cname: str,
                  env: Dict[str, str], labels: Dict[str, str], proxy_name: str, pool: str, prefix: int,
-                 routes: Optional[Sequence[Any]], shard_bound: Optional[int]) -> JobNetwork:
+                 routes: Optional[Sequence[Any]], shard_bound: Optional[int], how: _How) -> JobNetwork:
     """The create of :func:`create_job_network` under the daemon's lock (``lock``: _jobnet_lock.Held)."""
     for _round in (1, 2):
-        net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes)
+        net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes,
+                                       split=how.mode == _transparent.TRANSPARENT)
         if net_id is not None:
             break
         # The daemon has a network of that name: keep it when it is this job's.
-        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, False, shard_bound)
+        found = _existing_job_network(client, name, job_id, proxy_name, env, cname, False, shard_bound, how)
         if found is not None:
             if found.changed:
                 lock.changed()
@@ -368,23 +474,33 @@ def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job
         raise EngineError("Creating network %s failed: the daemon says it exists, but it was gone when "
                           "inspected, twice. Nothing was created. Retry." % name, retryable=True)
     lock.changed()
+    carrier = None
+    gw_actions = []  # type: List[str]
     try:
         carrier = _attach(client, net_id, name, proxy_name, shard_bound)
+        if how.mode == _transparent.TRANSPARENT:
+            gw_actions = _with_gateway(client, net_id, name, job_id, carrier, how)
     except EngineError as exc:
         reason = str(exc)
         try:
+            members = [how.gateway] if how.mode == _transparent.TRANSPARENT else []
+            for member in members + ([carrier] if carrier else []):
+                disconnect(client, member, net_id)
             remove_network(client, net_id)
             forget_subnet(memo, subnet)
             cleanup = 'the network was removed again, nothing is left'
         except EngineError as rm_exc:
             cleanup = ('removing the network again ALSO failed (%s): remove it with docker '
                        'network rm %s' % (rm_exc, name))
+        what = 'the proxy %s' % proxy_name if carrier is None else 'the gateway %s' % how.gateway
         raise EngineError(
-            "Attaching the proxy %s to %s failed: %s; %s. Start or create the proxy "
+            "Attaching %s to %s failed: %s; %s. Start or create it "
             "(playbooks/site.yml), check it with the egress_preflight module, then retry."
-            % (proxy_name, name, reason, cleanup), retryable=getattr(exc, 'retryable', False))
-    return JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
-                      actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier], proxy=carrier)
+            % (what, name, reason, cleanup), retryable=getattr(exc, 'retryable', False))
+    attrs = inspect_job_network(client, name) if gw_actions else None
+    return how.result(JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
+                                 actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier] + gw_actions,
+                                 proxy=carrier), attrs)
 
 
 def _configured_on(client: Any, memo: Dict[Any, Any], net_id: str, name: str) -> Tuple[List[Dict[str, Any]], bool]:
@@ -405,7 +521,7 @@ def _configured_on(client: Any, memo: Dict[Any, Any], net_id: str, name: str) ->
 
 
 def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
-                         check_mode: bool = False) -> Dict[str, Any]:
+                         check_mode: bool = False, gateway_name: str = GATEWAY_NAME) -> Dict[str, Any]:
     """Detach the proxy (forced), then remove ``pi-job-<id>-net``.
 
     Refuses, changing nothing, while any container other than the proxy is
@@ -434,7 +550,8 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
     listed = dict((summary_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
     for cid, endpoint in (attrs.get('Containers') or {}).items():
         listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'running' if running_left_out else 'endpoint')
-    others = sorted('%s (%s)' % (n, st) for n, st in listed.items() if not _shards.is_family_name(n, proxy_name))
+    others = sorted('%s (%s)' % (n, st) for n, st in listed.items()
+                    if not _shards.is_family_name(n, proxy_name) and n != gateway_name)
     if others:
         first = others[0].split(' ')[0]
         raise EngineError(
@@ -444,11 +561,20 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
     # Every member of the proxy family on it: active endpoints and configured (stopped) members.
     carriers = sorted(set(_shards.family_on(attrs, proxy_name))
                       | set(n for n in listed if _shards.is_family_name(n, proxy_name))) or [proxy_name]
-    actions = ['detach %s' % c for c in carriers if proxy_on(attrs, c)] + ['remove %s' % name]
+    gateway_on = gateway_name in listed or proxy_on(attrs, gateway_name)
+    actions = (['detach %s' % gateway_name] if gateway_on else []) + \
+        ['detach %s' % c for c in carriers if proxy_on(attrs, c)] + ['remove %s' % name]
     if check_mode:
         return dict(changed=True, network=name, actions=actions)
     net_id = attrs['Id']
     detached = []
+    if gateway_on:
+        try:
+            _transparent.forget(client, gateway_name, name)
+        except EngineError:
+            pass  # a stopped gateway: it forgets the network at its next start (gatewayd apply)
+        if disconnect(client, gateway_name, net_id):
+            detached.append(gateway_name)
     for carrier in carriers:
         try:
             if disconnect(client, carrier, net_id):

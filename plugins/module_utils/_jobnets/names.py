@@ -32,6 +32,8 @@ LABEL_PREFIX = 'io.pi-dispatch.egress.'
 LABEL_JOB_ID = LABEL_PREFIX + 'job-id'
 LABEL_CREATED = LABEL_PREFIX + 'created'
 LABEL_OWNER_HOST = LABEL_PREFIX + 'owner-host'
+# explicit (absent on networks made before 0.5.0) or transparent (docs/transparent.md)
+LABEL_MODE = LABEL_PREFIX + 'mode'
 
 NO_PROXY = 'localhost,127.0.0.1,::1'
 

@@ -23,6 +23,11 @@ PROXY_STOPPED = 'egress-proxy-stopped'
 PROXY_MISSING = 'egress-proxy-missing'
 ENGINE_UNAVAILABLE = 'engine-unavailable'
 VERDICTS = (ADMIT, PROXY_STOPPED, PROXY_MISSING, ENGINE_UNAVAILABLE)
+# Only ever given when the caller asks with mode='transparent' (API 3.1): the job's gateway is not
+# running. A caller that never passes the mode never sees them, so VERDICTS stays as it was.
+GATEWAY_STOPPED = 'egress-gateway-stopped'
+GATEWAY_MISSING = 'egress-gateway-missing'
+TRANSPARENT_VERDICTS = VERDICTS + (GATEWAY_STOPPED, GATEWAY_MISSING)
 
 
 class Verdict(object):
@@ -61,9 +66,32 @@ def verdict_for_state(state: Optional[str], proxy_name: str = PROXY_NAME) -> Ver
                    'ansible-playbook pi_dispatch.egress.site).' % (proxy_name, state, fix))
 
 
+def gateway_verdict(state: Optional[str], gateway_name: str) -> Verdict:
+    """The preflight's decision for a transparent job from its gateway's docker state (None = missing). Pure."""
+    if state == 'running':
+        return Verdict(ADMIT, False, state, 'The egress gateway %s is running.' % gateway_name)
+    if state is None:
+        return Verdict(GATEWAY_MISSING, False, None,
+                       'The egress gateway %s does not exist, so a transparent job would resolve and reach '
+                       'nothing. Start it (the proxy role with egress_gateway_enabled: true), or run the job '
+                       'in explicit mode.' % gateway_name)
+    return Verdict(GATEWAY_STOPPED, False, state,
+                   'The egress gateway %s is %s, so a transparent job would resolve and reach nothing. Start it '
+                   '(docker start %s, or the proxy role with egress_gateway_enabled: true).'
+                   % (gateway_name, state, gateway_name))
+
+
+def _state(container: Any) -> Optional[str]:
+    if container is None:
+        return None
+    state = ((container.attrs or {}).get('State') or {}).get('Status') or getattr(container, 'status', None)
+    return (state or 'unknown').lower()
+
+
 def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
-              docker_host: Optional[str] = None) -> Verdict:
-    """The verdict before a job spends anything; one container inspect.
+              docker_host: Optional[str] = None, mode: str = 'explicit',
+              gateway_name: str = 'pi-dispatch-egress-gateway') -> Verdict:
+    """The verdict before a job spends anything; one container inspect (two for a transparent job).
 
     ``client`` is a DockerClient, or a zero-argument callable returning one
     (called only when the policy is on). With ``enabled`` false the verdict is
@@ -74,6 +102,8 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
     ``retryable``, ``state``, ``message``). Does not raise for a daemon
     failure or a client that cannot be built: those are the
     ``engine-unavailable`` verdict. ``docker_host`` only names the daemon in that message.
+    ``mode='transparent'``: the job's gateway ``gateway_name`` must run too
+    (``egress-gateway-missing`` / ``egress-gateway-stopped`` otherwise).
     """
     if not enabled:
         return Verdict(ADMIT, False, None, 'The egress policy is off; the daemon was not asked.')
@@ -85,10 +115,16 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
         return Verdict(ENGINE_UNAVAILABLE, True, None,
                        'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
                        'job later.' % (dc.describe_host(docker_host), proxy_name, exc))
-    if container is None:
-        return verdict_for_state(None, proxy_name)
-    state = ((container.attrs or {}).get('State') or {}).get('Status') or getattr(container, 'status', None)
-    return verdict_for_state((state or 'unknown').lower(), proxy_name)
+    verdict = verdict_for_state(_state(container), proxy_name)
+    if not verdict.admitted or mode != 'transparent':
+        return verdict
+    try:
+        gateway = get_container(client, gateway_name)
+    except Exception as exc:
+        return Verdict(ENGINE_UNAVAILABLE, True, None,
+                       'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
+                       'job later.' % (dc.describe_host(docker_host), gateway_name, exc))
+    return gateway_verdict(_state(gateway), gateway_name)
 
 
 def lazy_client(docker_host: Optional[str] = None, timeout: int = 60, **options: Any) -> Callable[[], Any]:

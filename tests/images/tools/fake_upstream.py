@@ -1,7 +1,10 @@
 """Fake upstream for the egress tests: answers like a provider.
 
 HTTPS (self-signed) on 443 and 8443, plain HTTP on 80 and 8080, and any
-extra ports given with --http / --https, on IPv6 and IPv4 when the container has IPv6. Every answer is a 401 with a JSON
+extra ports given with --http / --https; --banner PORT answers each TCP connection with an
+SSH-style banner (a fake sshd), --udp PORT answers each datagram (a fake NTP server), --dns logs
+every DNS query it gets and answers NXDOMAIN (the resolver outside a job network); on IPv6 and
+IPv4 when the container has IPv6. Every answer is a 401 with a JSON
 body naming the Host header and the port, so a test can tell which server
 answered; GET /v1/models answers 200 with a model list (a model server).
 """
@@ -65,11 +68,63 @@ def bind(port, tls, certdir):
     return httpd
 
 
+def banner(port):
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(('', port))
+    srv.listen(16)
+
+    def run():
+        while True:
+            conn, peer = srv.accept()
+            print('banner:%d from %s' % (port, peer[0]), flush=True)
+            try:
+                conn.sendall(b'SSH-2.0-pi-fake-sshd-%d\r\n' % port)
+            finally:
+                conn.close()
+    return run
+
+
+def udp(port):
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind(('', port))
+
+    def run():
+        while True:
+            data, peer = srv.recvfrom(2048)
+            print('udp:%d from %s' % (port, peer[0]), flush=True)
+            srv.sendto(b'pi-fake-udp-%d:' % port + data[:64], peer)
+    return run
+
+
+def dns():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind(('', 53))
+
+    def run():
+        while True:
+            data, peer = srv.recvfrom(2048)
+            labels, pos = [], 12
+            while pos < len(data) and data[pos]:
+                labels.append(data[pos + 1:pos + 1 + data[pos]].decode('ascii', 'replace'))
+                pos += 1 + data[pos]
+            print('dns query %s from %s' % ('.'.join(labels), peer[0]), flush=True)
+            if len(data) > 12:
+                srv.sendto(data[:2] + bytes([0x81, 0x83]) + data[4:6] + bytes(6) + data[12:pos + 5], peer)
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--http', type=int, action='append', default=[])
     ap.add_argument('--https', type=int, action='append', default=[])
+    ap.add_argument('--banner', type=int, action='append', default=[])
+    ap.add_argument('--udp', type=int, action='append', default=[])
+    ap.add_argument('--dns', action='store_true')
     args = ap.parse_args()
+    extra = [banner(p) for p in args.banner] + [udp(p) for p in args.udp] + ([dns()] if args.dns else [])
+    for run in extra:
+        threading.Thread(target=run, daemon=True).start()
     certdir = '/tmp/fake-upstream'
     os.makedirs(certdir, exist_ok=True)
     subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',

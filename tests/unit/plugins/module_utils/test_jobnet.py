@@ -421,6 +421,41 @@ def test_verdict_table(state, verdict):
 
 def test_the_published_verdicts_are_the_four_values():
     assert jn.VERDICTS == (jn.ADMIT, jn.PROXY_STOPPED, jn.PROXY_MISSING, jn.ENGINE_UNAVAILABLE)
+    # a transparent job's preflight may also say its gateway is down (API 3.1, only with mode='transparent')
+    assert jn.TRANSPARENT_VERDICTS == jn.VERDICTS + (jn.GATEWAY_STOPPED, jn.GATEWAY_MISSING)
+
+
+@pytest.mark.parametrize('proxy_state, gateway_state, verdict', [
+    ('running', 'running', jn.ADMIT),
+    ('running', None, jn.GATEWAY_MISSING),
+    ('running', 'exited', jn.GATEWAY_STOPPED),
+    ('running', 'paused', jn.GATEWAY_STOPPED),
+    ('exited', 'running', jn.PROXY_STOPPED),      # the proxy is asked first: one inspect when it is down
+    (None, None, jn.PROXY_MISSING),
+])
+def test_transparent_preflight_needs_the_gateway_too(proxy_state, gateway_state, verdict):
+    import docker.errors as docker_errors
+    states = {'pi-dispatch-egress-proxy': proxy_state, 'pi-dispatch-egress-gateway': gateway_state}
+    asked = []
+
+    class _Client:
+        class containers:  # noqa: N801 - the SDK's attribute name
+            @staticmethod
+            def get(name):
+                asked.append(name)
+                if states[name] is None:
+                    raise docker_errors.NotFound('no such container')
+                return type('C', (), {'attrs': {'State': {'Status': states[name]}}, 'status': states[name]})()
+
+    v = jn.preflight(_Client(), mode=jn.TRANSPARENT)
+    assert v.verdict == verdict, v
+    assert v.verdict in jn.TRANSPARENT_VERDICTS
+    assert asked == (['pi-dispatch-egress-proxy'] if verdict in (jn.PROXY_STOPPED, jn.PROXY_MISSING)
+                     else ['pi-dispatch-egress-proxy', 'pi-dispatch-egress-gateway'])
+    # an explicit job's preflight never asks about the gateway
+    asked[:] = []
+    if proxy_state == 'running':
+        assert jn.preflight(_Client()).verdict == jn.ADMIT and asked == ['pi-dispatch-egress-proxy']
 
 
 class _Containers:
@@ -482,7 +517,7 @@ FUTURE_NAMES = {'annotations', 'Any', 'List'}  # from __future__ import annotati
 
 
 def test_facade_exports_exactly_all():
-    assert jn.API_VERSION == '3.0'
+    assert jn.API_VERSION == '3.1'
     assert len(set(jn.__all__)) == len(jn.__all__)
     public = set(n for n in vars(jn) if not n.startswith('_')) - FUTURE_NAMES
     assert public == set(jn.__all__)

@@ -118,7 +118,8 @@ def test_create_passes_its_options_and_prints_the_run_arguments(monkeypatch):
                      '--shard-bound', '3', '--remote', '--check'], lambda args: object())
     assert got == cli.EXIT_OK and doc['ok'] is True
     assert seen == dict(job_id='job-7', proxy_name='p', pool='10.50.0.0/16', prefix=28, routes=[],
-                        check_mode=True, shard_bound=3)
+                        check_mode=True, shard_bound=3, mode='explicit', project_policy=None,
+                        gateway_name='pi-dispatch-egress-gateway')
     assert doc['result']['network'] == 'pi-job-job-7-net'
     assert doc['result']['run_args'][:4] == ['--name', 'pi-job-job-7', '--network', 'pi-job-job-7-net']
 

@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""A transparent job network's part of the gateway (docs/transparent.md).
+
+The network is split in two halves: the engine hands out addresses from the lower half only
+(``ip_range``), the gateway answers names with addresses of the upper half (one per name). After the
+proxy (or its shard) and the gateway are attached, :func:`configure` writes the network's file into
+the gateway and has it apply it; :func:`forget` undoes it before the gateway is detached.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import json
+import tarfile
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import api_message
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import JobNetError
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.optins import Optins
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import (
+    NETS_DIR,
+    GatewayError,
+    exec_gatewayd,
+)
+
+EXPLICIT = 'explicit'
+TRANSPARENT = 'transparent'
+MODES = (EXPLICIT, TRANSPARENT)
+# A transparent network needs room for per-name addresses: /26 gives the engine the lower /27 and the
+# gateway the upper /27 (30 names at a time).
+TRANSPARENT_PREFIX = 26
+MAX_TRANSPARENT_PREFIX = 27
+
+
+def check_mode_name(mode: str) -> str:
+    if mode not in MODES:
+        raise JobNetError('mode %r is not one of %s. Fix: pass mode=%r (proxy variables) or mode=%r (the '
+                          'gateway). Nothing was created.' % (mode, ', '.join(MODES), EXPLICIT, TRANSPARENT))
+    return mode
+
+
+def prefix_for(mode: str, prefix: int, default_prefix: int) -> int:
+    """The subnet prefix a network of ``mode`` gets (a transparent one needs /27 or wider)."""
+    if mode != TRANSPARENT:
+        return prefix
+    if prefix == default_prefix:
+        return TRANSPARENT_PREFIX
+    if prefix > MAX_TRANSPARENT_PREFIX:
+        raise JobNetError('prefix /%d is too small for a transparent job network (the gateway needs half of '
+                          'it for its per-name addresses). Fix: pass prefix=%d or wider. Nothing was created.'
+                          % (prefix, TRANSPARENT_PREFIX))
+    return prefix
+
+
+def halves(subnet: ipaddress.IPv4Network) -> Tuple[ipaddress.IPv4Network, ipaddress.IPv4Network]:
+    """(the engine's range, the gateway's per-name range)."""
+    low, high = subnet.subnets(prefixlen_diff=1)
+    return low, high
+
+
+def address_on(attrs: Dict[str, Any], container: str) -> Optional[str]:
+    """The IPv4 address ``container`` has in a network inspect, or None."""
+    for _cid, endpoint in (attrs.get('Containers') or {}).items():
+        if (endpoint or {}).get('Name') == container:
+            return (endpoint.get('IPv4Address') or '').split('/')[0] or None
+    return None
+
+
+def config(job_id: str, network: str, subnet: str, gateway_addr: str, proxy_addr: str, proxy_port: int,
+           optins: Optins) -> Dict[str, Any]:
+    net = ipaddress.ip_network(subnet)
+    _low, high = halves(net)
+    return dict(network=network, job_id=job_id, subnet=str(net), gateway=gateway_addr, vrange=str(high),
+                proxy=proxy_addr, proxy_port=proxy_port, optins=optins.as_config(), written=int(time.time()))
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w') as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = 0o644
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def configure(client: Any, gateway: str, conf: Dict[str, Any]) -> None:
+    """Write the network's file into the gateway and apply it. Raises GatewayError."""
+    data = json.dumps(conf, sort_keys=True).encode('utf-8')
+    try:
+        ok = client.api.put_archive(gateway, NETS_DIR, _tar(conf['network'] + '.json', data))
+    except Exception as exc:
+        raise GatewayError('Writing the configuration of %s into the gateway %s failed: %s'
+                           % (conf['network'], gateway, api_message(exc)))
+    if not ok:
+        raise GatewayError('The gateway %s refused the configuration of %s' % (gateway, conf['network']))
+    exec_gatewayd(client, gateway, ['apply'])
+
+
+def forget(client: Any, gateway: str, network: str) -> None:
+    exec_gatewayd(client, gateway, ['forget', network])
+
+
+def counters(client: Any, gateway: str) -> Dict[str, Any]:
+    """What the gateway dropped and refused, per job network (``gatewayd counters``)."""
+    return json.loads(exec_gatewayd(client, gateway, ['counters']))
+
+
+def chain_name(subnet: str) -> str:
+    """The gateway's packet-filter chain of a job network (what ``gatewayd counters`` reports by)."""
+    return 'PIGW-' + str(ipaddress.ip_network(subnet).network_address).replace('.', '-')

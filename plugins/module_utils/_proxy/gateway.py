@@ -1,0 +1,201 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""The transparent gateway container (docs/transparent.md): its wanted shape and its start.
+
+One gateway per deployment, beside the proxy: on the proxy's upstream network, attached to every
+transparent job network by the job-network API. It is the only part of the egress layer that holds
+``NET_ADMIN`` (with SETUID/SETGID/SETPCAP to drop them): its entrypoint applies the packet filter
+as root, then runs the resolver and the relays as the user ``pigw`` with no capability. The
+deployment folder's allowlist, model endpoints and guard are mounted read-only, file by file, as
+the proxy mounts them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError, api_message
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+
+GATEWAY_NAME = 'pi-dispatch-egress-gateway'
+GATEWAY_IMAGE = 'pi-dispatch-egress-gateway:latest'
+LABEL_ROLE = 'io.pi-dispatch.egress.role'
+ROLE = 'gateway'
+LABEL_PROXY = 'io.pi-dispatch.egress.gateway-of'
+# NET_ADMIN: the packet filter and the per-name addresses; SETUID/SETGID/SETPCAP: the entrypoint's drop to
+# pigw; KILL: the root commands signal pid 1 (pigw). The resolver and relays hold none of them.
+CAPS = ['NET_ADMIN', 'SETUID', 'SETGID', 'SETPCAP', 'KILL']
+GATEWAYD = '/usr/lib/pi-dispatch/gatewayd'
+NETS_DIR = '/var/lib/pi-gateway/nets'
+# What the gateway reads of the deployment folder, and where.
+MOUNTS = (
+    (_deployment.ALLOWLIST, '/etc/pi-dispatch/egress-allowlist.conf'),
+    (_deployment.ENDPOINTS_JSON, '/etc/pi-dispatch/model-endpoints.json'),
+    (_deployment.GUARD_CONF, '/etc/pi-dispatch/egress-guard.conf'),
+)
+
+
+class GatewayError(EngineError):
+    """The gateway could not be started or told about a job network."""
+
+
+def desired(deploy_dir: str, upstream_network: str, proxy_name: str, image: str = GATEWAY_IMAGE,
+            name: str = GATEWAY_NAME, dns: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The gateway container's wanted shape (pure)."""
+    binds = {}
+    for rel, target in MOUNTS:
+        source = os.path.realpath(os.path.join(deploy_dir, rel))
+        binds[source] = dict(bind=target, mode='ro')
+    # The job networks' files outlive the container: a recreated gateway (an upgrade) applies them again.
+    binds[name + '-nets'] = dict(bind=NETS_DIR, mode='rw')
+    return dict(
+        name=name, image=image, network=upstream_network, binds=binds, dns=list(dns or []),
+        labels={LABEL_ROLE: ROLE, LABEL_PROXY: proxy_name},
+        cap_drop=['ALL'], cap_add=list(CAPS), security_opt=['no-new-privileges'],
+        sysctls={'net.ipv4.ip_forward': '0', 'net.ipv4.conf.all.forwarding': '0'},
+        restart_policy={'Name': 'unless-stopped'}, pids_limit=256, mem_limit='256m')
+
+
+def _inspect(client: Any, name: str) -> Optional[Dict[str, Any]]:
+    try:
+        return client.api.inspect_container(name)
+    except Exception as exc:
+        if getattr(getattr(exc, 'response', None), 'status_code', None) != 404:
+            raise GatewayError('Inspecting %s failed: %s' % (name, api_message(exc)))
+        return None
+
+
+def job_attachments(attrs: Dict[str, Any], upstream: str) -> Dict[str, str]:
+    """{job network: the gateway's IPv4 address on it} of an inspect (every network but the upstream one)."""
+    out = {}
+    for net, endpoint in ((attrs.get('NetworkSettings') or {}).get('Networks') or {}).items():
+        if net != upstream and (endpoint or {}).get('IPAddress'):
+            out[net] = endpoint['IPAddress']
+    return out
+
+
+def differences(spec: Dict[str, Any], attrs: Dict[str, Any], image_id: Optional[str]) -> List[str]:
+    """Why a running gateway is not the wanted one (empty: it is)."""
+    out = []
+    if image_id and attrs.get('Image') != image_id:
+        out.append('image %s was rebuilt' % spec['image'])
+    host = attrs.get('HostConfig') or {}
+    if sorted(host.get('CapAdd') or []) != sorted(spec['cap_add']):
+        out.append('capabilities %s, wanted %s' % (sorted(host.get('CapAdd') or []), sorted(spec['cap_add'])))
+    have = sorted('%s:%s' % (m.get('Source') if m.get('Type') == 'bind' else m.get('Name'), m.get('Destination'))
+                  for m in attrs.get('Mounts') or [])
+    want = sorted('%s:%s' % (src, b['bind']) for src, b in spec['binds'].items())
+    if have != want:
+        out.append('mounts %s, wanted %s' % (have, want))
+    return out
+
+
+def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False) -> Dict[str, Any]:
+    """Create and start the gateway when it is missing, stopped or not the wanted one; dict(changed, actions,
+    differences).
+
+    A gateway whose image was rebuilt (or whose shape differs) is recreated: every job network it was on
+    is attached again at the same address (each job resolves through that address), and the networks'
+    files (a named volume) are applied again. An existing container of that name that is not a gateway
+    is refused, naming it.
+    """
+    api = client.api
+    actions = []
+    attrs = _inspect(client, spec['name'])
+    if attrs is not None and (attrs['Config'].get('Labels') or {}).get(LABEL_ROLE) != ROLE:
+        raise GatewayError('A container named %s exists and is not a pi-dispatch gateway (no label %s=%s). '
+                           'Nothing was changed. Rename or remove it, or choose another gateway name.'
+                           % (spec['name'], LABEL_ROLE, ROLE))
+    try:
+        image_id = api.inspect_image(spec['image'])['Id']
+    except Exception as exc:
+        raise GatewayError('The gateway image %s is not on the daemon (%s). Build it first (the proxy role does '
+                           'with egress_gateway_enabled; docs/transparent.md). Nothing was changed.'
+                           % (spec['image'], api_message(exc)))
+    diffs = differences(spec, attrs, image_id) if attrs is not None else []
+    reattach = {}  # type: Dict[str, str]
+    if diffs:
+        reattach = job_attachments(attrs, spec['network'])
+        actions.append('recreate %s (%s)' % (spec['name'], '; '.join(diffs)))
+        if check_mode:
+            return dict(changed=True, actions=actions, differences=diffs)
+        try:
+            api.remove_container(spec['name'], force=True)
+        except Exception as exc:
+            raise GatewayError('Removing the old gateway %s failed: %s' % (spec['name'], api_message(exc)))
+        attrs = None
+    if attrs is None and check_mode:
+        return dict(changed=True, actions=actions or ['create %s' % spec['name']], differences=diffs)
+    if attrs is None:
+        for source, bind in spec['binds'].items():
+            if bind['mode'] == 'ro' and not os.path.isfile(source):
+                raise GatewayError('%s is missing: the gateway mounts it. Lay out the deployment folder first '
+                                   '(playbooks/site.yml). Nothing was changed.' % source)
+        host_config = api.create_host_config(
+            binds=spec['binds'], network_mode=spec['network'], cap_drop=spec['cap_drop'], cap_add=spec['cap_add'],
+            security_opt=spec['security_opt'], sysctls=spec['sysctls'], restart_policy=spec['restart_policy'],
+            pids_limit=spec['pids_limit'], mem_limit=spec['mem_limit'], dns=spec['dns'] or None)
+        try:
+            api.create_container(spec['image'], name=spec['name'], labels=spec['labels'], host_config=host_config,
+                                 detach=True)
+        except Exception as exc:
+            raise GatewayError('Creating the gateway %s (image %s) failed: %s. Build the image first '
+                               '(tests/images/build.yml builds it; docs/transparent.md).'
+                               % (spec['name'], spec['image'], api_message(exc)))
+        if not diffs:
+            actions.append('create %s' % spec['name'])
+        for net, address in sorted(reattach.items()):
+            try:
+                api.connect_container_to_network(spec['name'], net, ipv4_address=address)
+            except Exception as exc:
+                raise GatewayError('Attaching the new gateway to %s at %s failed: %s. The jobs on that network '
+                                   'resolve nothing until it is; tear the network down and create it again.'
+                                   % (net, address, api_message(exc)))
+        attrs = api.inspect_container(spec['name'])
+    if not attrs['State'].get('Running'):
+        if check_mode:
+            return dict(changed=True, actions=['start %s' % spec['name']], differences=diffs)
+        try:
+            api.start(spec['name'])
+        except Exception as exc:
+            raise GatewayError('Starting the gateway %s failed: %s' % (spec['name'], api_message(exc)))
+        actions.append('start %s' % spec['name'])
+    return dict(changed=bool(actions), actions=actions, differences=diffs)
+
+
+def remove(client: Any, name: str, check_mode: bool = False) -> Dict[str, Any]:
+    """Remove the gateway (state=absent); refused while a job network still has it."""
+    attrs = _inspect(client, name)
+    if attrs is None:
+        return dict(changed=False, actions=[], differences=[])
+    if (attrs['Config'].get('Labels') or {}).get(LABEL_ROLE) != ROLE:
+        raise GatewayError('%s is not a pi-dispatch gateway; not removed.' % name)
+    upstream = (attrs.get('HostConfig') or {}).get('NetworkMode') or ''
+    jobs = sorted(job_attachments(attrs, upstream))
+    if jobs:
+        raise GatewayError('The gateway %s still carries the transparent job networks %s. Nothing was removed. '
+                           'Tear them down first (job_network state=absent, or job_network_gc).'
+                           % (name, ', '.join(jobs)))
+    if not check_mode:
+        try:
+            client.api.remove_container(name, force=True)
+        except Exception as exc:
+            raise GatewayError('Removing the gateway %s failed: %s' % (name, api_message(exc)))
+    return dict(changed=True, actions=['remove %s' % name], differences=[])
+
+
+def exec_gatewayd(client: Any, name: str, argv: List[str]) -> str:
+    """Run ``gatewayd <argv>`` in the gateway as root; its stdout, or GatewayError with its words."""
+    api = client.api
+    try:
+        handle = api.exec_create(name, [GATEWAYD] + list(argv), user='root')
+        out = api.exec_start(handle['Id'])
+        code = api.exec_inspect(handle['Id']).get('ExitCode')
+    except Exception as exc:
+        raise GatewayError('Running gatewayd %s in %s failed: %s' % (' '.join(argv), name, api_message(exc)))
+    text = (out or b'').decode('utf-8', 'replace')
+    if code != 0:
+        raise GatewayError('gatewayd %s in %s exited %s: %s' % (' '.join(argv), name, code, text.strip()[-800:]))
+    return text

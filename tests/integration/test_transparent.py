@@ -1,0 +1,295 @@
+"""Transparent job networks on the real engine (issue 27, docs/transparent.md).
+
+Every client here runs with NO proxy variable in its environment, on a job network made by the
+job-network API with ``mode='transparent'``: its names resolve through the gateway, 80/443 go
+through the real squid of the session's deployment (``egress_env``), opted-in ports go to a fake
+sshd / fake NTP server on the upstream network, and a fake DNS server outside the job network
+(the gateway's own upstream resolver, as the host's would be) logs every query it gets.
+
+Job ids start with ``it27-``; everything made here is removed at the end. Every probe is bounded
+(``curl --max-time``, ``nc -w``, ``timeout``).
+"""
+
+import os
+import time
+
+import pytest
+
+docker = pytest.importorskip('docker')
+
+from conftest import SUFFIX, TOOLS_IMAGE, _remove_container, _remove_network, _wait_fake_ready  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as tp  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import gateway as gw  # noqa: E402
+
+GATEWAY_IMAGE = os.environ.get('PI_EGRESS_IT_GATEWAY_IMAGE', gw.GATEWAY_IMAGE)
+FORGE_ALIASES = ['git.forge.test', 'other.forge.test', 'ntp.forge.test']
+UNIQUE = 'it27x%dx%d' % (os.getpid(), int(time.time()))
+
+UDP_CLIENT = r'''
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+try:
+    s.sendto(b"ping", (sys.argv[1], int(sys.argv[2])))
+    print(s.recvfrom(200)[0].decode())
+except Exception as exc:
+    print("ERR %s" % type(exc).__name__)
+'''
+
+
+class World(object):
+    def __init__(self, env):
+        self.env = env
+        self.client = env.client
+        self.gateway = 'pi-dispatch-egress-gateway' + SUFFIX
+        self.dns = 'pi-egress-fakedns' + SUFFIX
+        self.forge = 'pi-egress-forge' + SUFFIX
+        self.jobs = {}
+
+    def run_job(self, key, job_id, policy=None):
+        net = jn.create_job_network(self.client, job_id, proxy_name=self.env.proxy, mode='transparent',
+                                    project_policy=policy, gateway_name=self.gateway)
+        args = net.run_args()
+        assert '--dns' in args and net.env == {}, net.as_dict()
+        dns = args[args.index('--dns') + 1]
+        self.client.containers.run(TOOLS_IMAGE, ['sleep', '600'], name=net.container, detach=True,
+                                   network=net.network, dns=[dns], cap_drop=['NET_RAW'])
+        self.jobs[key] = net
+        return net
+
+    def sh(self, key, script, timeout=30):
+        container = self.client.containers.get(self.jobs[key].container)
+        rc, out = container.exec_run(['timeout', str(timeout), 'sh', '-c', script])
+        return rc, (out or b'').decode('utf-8', 'replace')
+
+    def dns_log(self):
+        return self.client.api.logs(self.dns).decode('utf-8', 'replace')
+
+    def gw_log(self):
+        return self.client.api.logs(self.gateway, tail=40).decode('utf-8', 'replace')
+
+    def forge_log(self):
+        return self.client.api.logs(self.forge).decode('utf-8', 'replace')
+
+
+@pytest.fixture(scope='module')
+def tworld(egress_env, tmp_path_factory):
+    env = egress_env
+    client = env.client
+    try:
+        client.images.get(GATEWAY_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail('Image %s is missing. Build it with: ansible-playbook tests/images/build.yml' % GATEWAY_IMAGE)
+    world = World(env)
+    for job in ('it27-a', 'it27-b', 'it27-c'):
+        _remove_container(client, jn.container_name(job))
+        _remove_network(client, jn.network_name(job))
+    for name in (world.gateway, world.dns, world.forge):
+        _remove_container(client, name)
+    api = client.api
+    # The resolver outside the job networks: the gateway's own upstream DNS (as the host's would be).
+    client.containers.run(TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_upstream.py', '--dns'], name=world.dns,
+                          detach=True, network=env.upstream_net, labels={'io.pi-dispatch.egress.test': 'fake-dns'})
+    dns_ip = api.inspect_container(world.dns)['NetworkSettings']['Networks'][env.upstream_net]['IPAddress']
+    forge = api.create_container(
+        TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_upstream.py', '--banner', '22', '--udp', '123'],
+        name=world.forge, detach=True, labels={'io.pi-dispatch.egress.test': 'fake-forge'},
+        host_config=api.create_host_config(network_mode=env.upstream_net),
+        networking_config=api.create_networking_config({
+            env.upstream_net: api.create_endpoint_config(aliases=FORGE_ALIASES)}))
+    api.start(forge['Id'])
+    _wait_fake_ready(client, world.forge)
+    _wait_fake_ready(client, world.dns)
+    # The operator's path: site.yml with the gateway enabled (the proxy role builds and runs it).
+    rc, out, _recap = env.site(egress_gateway_enabled=True, egress_gateway_name=world.gateway,
+                               egress_gateway_image=GATEWAY_IMAGE, egress_gateway_dns=[dns_ip])
+    assert rc == 0, out[-4000:]
+    assert 'Transparent gateway: create %s, start %s' % (world.gateway, world.gateway) in out, out[-4000:]
+    world.dns_ip = dns_ip
+    projects = tmp_path_factory.mktemp('projects')
+    world.seeded = str(projects / 'a' / 'config.yaml')
+    os.makedirs(os.path.dirname(world.seeded))
+    opted = projects / 'b' / 'config.yaml'
+    os.makedirs(str(opted.parent))
+    opted.write_text('egress:\n  allow:\n    ssh: [git.forge.test]\n    ntp: true\n')
+    try:
+        world.run_job('a', 'it27-a', world.seeded)
+        world.run_job('b', 'it27-b', str(opted))
+        yield world
+    finally:
+        for key, net in world.jobs.items():
+            _remove_container(client, net.container)
+            try:
+                jn.teardown_job_network(client, net.job_id, proxy_name=env.proxy, gateway_name=world.gateway)
+            except Exception:
+                _remove_network(client, net.network)
+        for name in (world.gateway, world.dns, world.forge):
+            _remove_container(client, name)
+
+
+def curl(world, key, url, extra=''):
+    rc, out = world.sh(key, 'env | grep -i _proxy; curl -sS -k --max-time 8 -o /dev/null -D - %s %s; echo "rc=$?"'
+                       % (extra, url), timeout=20)
+    return out
+
+
+def test_job_has_no_proxy_variables_and_a_seeded_deny_all_policy(tworld):
+    rc, out = tworld.sh('a', 'env')
+    assert 'proxy' not in out.lower(), out
+    with open(tworld.seeded) as handle:
+        assert handle.read() == _optins.SEED
+    assert tworld.jobs['a'].optins['seeded'] is True
+    assert tworld.jobs['a'].optins['ports'] == {'tcp': {}, 'udp': {}}
+
+
+def test_listed_https_and_http_reach_the_fake_upstream(tworld):
+    out = curl(tworld, 'a', 'https://api.provider.test/v1/it27')
+    assert 'X-Fake-Upstream: https:443' in out and 'rc=0' in out, out + tworld.gw_log()
+    out = curl(tworld, 'a', 'http://plain.test/it27')
+    assert 'X-Fake-Upstream: http:80' in out and 'rc=0' in out, out
+
+
+def test_unlisted_name_gets_nxdomain_and_never_leaves(tworld):
+    name = '%s.denied.test' % UNIQUE
+    rc, out = tworld.sh('a', 'getent hosts %s; echo "rc=$?"' % name)
+    assert 'rc=2' in out, out  # getent: key not found
+    out = curl(tworld, 'a', 'https://denied.test/')
+    assert 'rc=6' in out, out  # could not resolve host
+    # the positive control: a covered name the fake upstream does not serve goes to the outside resolver
+    control = 'ctl%s.forge.test' % UNIQUE
+    tworld.sh('a', 'getent hosts %s' % control)
+    deadline = time.monotonic() + 5
+    while control not in tworld.dns_log() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    log = tworld.dns_log()
+    assert control in log, 'the outside resolver never saw the covered control name:\n' + log
+    assert UNIQUE + '.denied' not in log and 'denied.test' not in log, log
+
+
+def test_unlisted_sni_on_a_listed_address_is_refused(tworld):
+    rc, out = tworld.sh('a', 'getent hosts api.provider.test')
+    address = out.split()[0]
+    out = curl(tworld, 'a', 'https://denied.test/it27-sni', '--resolve denied.test:443:%s' % address)
+    assert 'X-Fake-Upstream' not in out and 'rc=0' not in out, out
+    assert '/it27-sni' not in tworld.env.client.api.logs(tworld.env.fake, tail=200).decode()
+
+
+def test_ip_literal_and_own_resolver_reach_nothing(tworld):
+    fake = tworld.env.fake_ip()
+    out = curl(tworld, 'a', 'https://%s/' % fake)
+    assert 'X-Fake-Upstream' not in out and 'rc=0' not in out, out
+    dns_ip = tworld.client.api.inspect_container(tworld.dns)['NetworkSettings']['Networks'][
+        tworld.env.upstream_net]['IPAddress']
+    name = 'own%s.denied.test' % UNIQUE
+    rc, out = tworld.sh('a', 'cp /etc/resolv.conf /tmp/r; echo nameserver %s > /etc/resolv.conf; '
+                             'getent hosts %s; echo "rc=$?"; cp /tmp/r /etc/resolv.conf' % (dns_ip, name))
+    assert 'rc=2' in out, out
+    assert name not in tworld.dns_log()
+
+
+def test_ssh_only_when_opted_in_and_only_to_the_named_host(tworld):
+    probe = 'nc -w 3 %s 22 </dev/null; echo "rc=$?"'
+    rc, out = tworld.sh('a', probe % 'git.forge.test')
+    assert 'SSH-2.0-pi-fake-sshd' not in out, out          # not opted in
+    rc, out = tworld.sh('b', probe % 'git.forge.test')
+    assert 'SSH-2.0-pi-fake-sshd-22' in out, out           # opted in, named
+    rc, out = tworld.sh('b', probe % 'other.forge.test')
+    assert 'SSH-2.0-pi-fake-sshd' not in out, out          # opted in, but another name
+
+
+def test_udp_123_only_with_ntp(tworld):
+    rc, out = tworld.sh('a', 'python3 -c %s ntp.forge.test 123' % _quote(UDP_CLIENT))
+    assert 'pi-fake-udp-123' not in out, out
+    rc, out = tworld.sh('b', 'python3 -c %s ntp.forge.test 123' % _quote(UDP_CLIENT))
+    assert 'pi-fake-udp-123:ping' in out, out
+
+
+def test_drops_are_counted(tworld):
+    tworld.sh('a', 'nc -z -w 2 git.forge.test 2222; nc -z -w 2 git.forge.test 22')
+    counts = tp.counters(tworld.client, tworld.gateway)
+    chain = tp.chain_name(tworld.jobs['a'].subnet)
+    assert counts['dropped'][chain]['packets'] > 0, counts
+
+
+def test_jobs_are_isolated_in_transparent_mode(tworld):
+    b_ip = tworld.client.api.inspect_container(tworld.jobs['b'].container)['NetworkSettings']['Networks'][
+        tworld.jobs['b'].network]['IPAddress']
+    rc, out = tworld.sh('a', 'nc -z -w 2 %s 22; echo "rc=$?"; nc -z -w 2 %s 80; echo "rc=$?"' % (b_ip, b_ip))
+    assert out.count('rc=1') == 2, out
+    # the gateway's address on b's network answers nothing from a's network either
+    rc, out = tworld.sh('a', 'nc -z -w 2 %s 443; echo "rc=$?"' % tworld.jobs['b'].dns)
+    assert 'rc=1' in out, out
+
+
+def test_teardown_forgets_the_network_in_the_gateway(tworld):
+    net = jn.create_job_network(tworld.client, 'it27-c', proxy_name=tworld.env.proxy, mode='transparent',
+                                gateway_name=tworld.gateway)
+    chain = tp.chain_name(net.subnet)
+    assert chain in tp.counters(tworld.client, tworld.gateway)['dropped']
+    result = jn.teardown_job_network(tworld.client, 'it27-c', proxy_name=tworld.env.proxy,
+                                     gateway_name=tworld.gateway)
+    assert 'detach %s' % tworld.gateway in result['actions'], result
+    assert chain not in tp.counters(tworld.client, tworld.gateway)['dropped']
+
+
+def test_preflight_refuses_a_transparent_job_while_its_gateway_is_down(tworld):
+    client = tworld.client
+    assert jn.preflight(client, proxy_name=tworld.env.proxy, mode=jn.TRANSPARENT,
+                        gateway_name=tworld.gateway).verdict == jn.ADMIT
+    client.api.pause(tworld.gateway)
+    try:
+        verdict = jn.preflight(client, proxy_name=tworld.env.proxy, mode=jn.TRANSPARENT, gateway_name=tworld.gateway)
+        assert verdict.verdict == jn.GATEWAY_STOPPED and not verdict.admitted, verdict
+        # an explicit job does not need the gateway
+        assert jn.preflight(client, proxy_name=tworld.env.proxy).verdict == jn.ADMIT
+    finally:
+        client.api.unpause(tworld.gateway)
+    verdict = jn.preflight(client, proxy_name=tworld.env.proxy, mode=jn.TRANSPARENT, gateway_name='no-such-gw-it27')
+    assert verdict.verdict == jn.GATEWAY_MISSING, verdict
+
+
+def test_a_refused_policy_file_creates_nothing(tworld, tmp_path):
+    bad = tmp_path / 'config.yaml'
+    bad.write_text('egress:\n  allow:\n    ssh: [10.0.0.1]\n')
+    with pytest.raises(jn.JobNetError) as caught:
+        jn.create_job_network(tworld.client, 'it27-bad', proxy_name=tworld.env.proxy, mode='transparent',
+                              project_policy=str(bad), gateway_name=tworld.gateway)
+    assert str(bad) in str(caught.value) and 'egress.allow.ssh' in str(caught.value) and 'Fix:' in str(caught.value)
+    assert jn.inspect_job_network(tworld.client, jn.network_name('it27-bad')) is None
+
+
+def test_an_upgraded_gateway_keeps_every_job_reachable(tworld):
+    """A rebuilt image recreates the gateway; each job keeps its resolver address and its reach."""
+    import io
+    client = tworld.client
+    newer = GATEWAY_IMAGE.split(':')[0] + ':it27-newer'
+    client.images.build(fileobj=io.BytesIO(('FROM %s\nLABEL it27.rebuilt=yes\n' % GATEWAY_IMAGE).encode()),
+                        tag=newer, rm=True)
+    try:
+        spec = gw.desired(tworld.env.deploy_dir, tworld.env.upstream_net, tworld.env.proxy, image=newer,
+                          name=tworld.gateway, dns=[tworld.dns_ip])
+        result = gw.ensure(client, spec)
+        assert result['actions'] and result['actions'][0].startswith('recreate'), result
+        attrs = client.api.inspect_container(tworld.gateway)
+        assert attrs['Config']['Image'] == newer
+        for key in ('a', 'b'):
+            net = tworld.jobs[key]
+            assert attrs['NetworkSettings']['Networks'][net.network]['IPAddress'] == net.dns
+        out = curl(tworld, 'a', 'https://api.provider.test/v1/it27-upgraded')
+        assert 'X-Fake-Upstream: https:443' in out, out + tworld.gw_log()
+        rc, out = tworld.sh('b', 'nc -w 3 git.forge.test 22 </dev/null')
+        assert 'SSH-2.0-pi-fake-sshd-22' in out, out + tworld.gw_log()
+        rc, out = tworld.sh('a', 'nc -w 3 git.forge.test 22 </dev/null; echo "rc=$?"')
+        assert 'SSH-2.0' not in out, out
+    finally:
+        spec = gw.desired(tworld.env.deploy_dir, tworld.env.upstream_net, tworld.env.proxy, image=GATEWAY_IMAGE,
+                          name=tworld.gateway, dns=[tworld.dns_ip])
+        gw.ensure(client, spec)
+        client.images.remove(newer, force=True)
+
+
+def _quote(text):
+    import shlex
+    return shlex.quote(text)

@@ -1,0 +1,605 @@
+"""The transparent gateway's pure logic (roles/proxy/files/gateway/gatewayd): no socket, no iptables, no file.
+
+gatewayd is a script without a .py suffix that the proxy role copies into the gateway image; it is loaded
+here as a module. Where it reads what the collection writes (the allowlist, model-endpoints.json, the guard,
+a job network's opt-ins) the input is built with the collection's own functions, and its answers are
+checked against the collection's own semantics.
+"""
+
+import importlib.machinery
+import importlib.util
+import ipaddress
+import json
+import os
+import random
+import ssl
+import struct
+
+import pytest
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as A
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as E
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as G
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as H
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as O
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PROGRAM = os.path.join(ROOT, 'roles', 'proxy', 'files', 'gateway', 'gatewayd')
+
+
+def _load_gatewayd():
+    loader = importlib.machinery.SourceFileLoader('pi_egress_gatewayd', PROGRAM)
+    spec = importlib.util.spec_from_loader('pi_egress_gatewayd', loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+GW = _load_gatewayd()
+
+
+# --- the allowlist ----------------------------------------------------------------------------------
+
+# (id, allowlist text, entries)
+ENTRIES = [
+    ('empty', '', []),
+    ('comments-and-blanks', '# the allowlist\n\n   \n\t\n# .github.com\n', []),
+    ('one-name', 'github.com\n', ['github.com']),
+    ('no-final-newline', 'github.com', ['github.com']),
+    ('uppercase', 'GitHub.COM\n.PyPI.Org\n', ['github.com', '.pypi.org']),
+    ('trailing-dot', 'github.com.\n', ['github.com']),
+    ('leading-dot-trailing-dot', '.github.com.\n', ['.github.com']),
+    ('two-leading-dots', '..github.com\n', ['.github.com']),
+    ('lone-dot', '.\n', []),
+    ('trailing-comment', 'pypi.org # the index\n', ['pypi.org']),
+    ('comment-without-space', '.x.test#note\n', ['.x.test']),
+    ('indented-crlf', '  .pythonhosted.org  \r\npypi.org\r\n', ['.pythonhosted.org', 'pypi.org']),
+    ('ipv4-literal', '203.0.113.9\n', ['203.0.113.9']),
+    ('file-order-kept', 'b.example.com\na.example.com\n.c.example.com\n',
+     ['b.example.com', 'a.example.com', '.c.example.com']),
+]
+
+
+@pytest.mark.parametrize('text, expected', [row[1:] for row in ENTRIES], ids=[row[0] for row in ENTRIES])
+def test_allowlist_entries(text, expected):
+    assert GW.allowlist_entries(text) == expected
+
+
+# Texts the collection accepts (allowlist.parse has no error): the gateway reads the same entries.
+ACCEPTED_TEXTS = [
+    'github.com\n',
+    '# comment\n\n.github.com\n',
+    'GitHub.com\n.PyPI.org # the index\n',
+    '  .pythonhosted.org\t# files\r\npypi.org\r\n',
+    '203.0.113.9\napi.example.com\n.example.org\n',
+]
+
+
+@pytest.mark.parametrize('text', ACCEPTED_TEXTS)
+def test_allowlist_entries_are_the_collections(text):
+    parsed = A.parse(text)
+    assert parsed.ok, [str(e) for e in parsed.errors]
+    assert GW.allowlist_entries(text) == parsed.hosts()
+
+
+def squid_dstdomain_n(name, entries):
+    """The collection's own reading of an allowlist (squid dstdomain -n): 'a.b' is the name a.b only,
+    '.a.b' is a.b and every name below it (a.b is the name or one of its parent domains)."""
+    name = name.lower().rstrip('.')
+    for entry in entries:
+        if entry.startswith('.'):
+            if entry[1:] in [name] + H.parent_domains(name):
+                return True
+        elif entry == name:
+            return True
+    return False
+
+
+# (allowlist text, name, covered)
+COVERED = [
+    ('github.com', 'github.com', True),
+    ('github.com', 'GitHub.COM', True),
+    ('github.com', 'github.com.', True),
+    ('github.com', 'GITHUB.COM.', True),
+    ('github.com', 'api.github.com', False),
+    ('github.com', 'xgithub.com', False),
+    ('github.com', 'github.com.evil.test', False),
+    ('github.com', 'github.co', False),
+    ('github.com', '', False),
+    ('.github.com', 'github.com', True),
+    ('.github.com', 'github.com.', True),
+    ('.github.com', 'api.github.com', True),
+    ('.github.com', 'a.b.github.com', True),
+    ('.github.com', 'API.GitHub.Com.', True),
+    ('.github.com', 'xgithub.com', False),
+    ('.github.com', 'x-github.com', False),
+    ('.github.com', 'github.com.evil.test', False),
+    ('.github.com', 'hub.com', False),
+    ('.github.com', 'com', False),
+    ('.GitHub.COM', 'api.github.com', True),
+    ('api.example.com', 'example.com', False),
+    ('api.example.com', 'www.api.example.com', False),
+    ('.example.com', 'ample.com', False),
+    ('.example.com', 'badexample.com', False),
+    ('# .github.com', 'github.com', False),
+    ('github.com # the forge', 'github.com', True),
+    ('pypi.org\n.pythonhosted.org', 'files.pythonhosted.org', True),
+    ('pypi.org\n.pythonhosted.org', 'pythonhosted.org', True),
+    ('pypi.org\n.pythonhosted.org', 'www.pypi.org', False),
+    ('pypi.org\n.pythonhosted.org', 'pypi.org', True),
+    ('203.0.113.9', '203.0.113.9', True),
+    ('203.0.113.9', '3.0.113.9', False),
+    ('', 'github.com', False),
+]
+
+
+@pytest.mark.parametrize('text, name, expected', COVERED)
+def test_covered(text, name, expected):
+    assert GW.covered(name, GW.allowlist_entries(text)) is expected
+
+
+@pytest.mark.parametrize('text, name, expected', COVERED)
+def test_covered_agrees_with_the_collections_allowlist(text, name, expected):
+    parsed = A.parse(text)
+    assert parsed.ok, [str(e) for e in parsed.errors]
+    assert squid_dstdomain_n(name, parsed.hosts()) is expected
+    assert GW.covered(name, GW.allowlist_entries(text)) is squid_dstdomain_n(name, parsed.hosts())
+
+
+# --- model-endpoints.json ---------------------------------------------------------------------------
+
+def _declaration(*items):
+    return E.dumps(E.parse(json.dumps({'version': 1, 'endpoints': list(items)})))
+
+
+ENDPOINTS = [
+    ('none', _declaration(), {}),
+    ('one-name', _declaration(dict(id='ollama', host='host.docker.internal', port=11434, slots=2)),
+     {'host.docker.internal': {11434}}),
+    ('two-ports-one-host', _declaration(dict(id='vllm', host='Models.Example.Test', port=8000, slots=4, keyless=True),
+                                        dict(id='embed', host='models.example.test', port=8001, slots=1)),
+     {'models.example.test': {8000, 8001}}),
+    ('ipv4-and-ipv6', _declaration(dict(id='v4', host='203.0.113.9', port=443, slots=1),
+                                   dict(id='v6', host='2001:db8::5', port=8443, slots=1)),
+     {'203.0.113.9': {443}, '2001:db8::5': {8443}}),
+    ('bracketed-ipv6', json.dumps({'version': 1, 'endpoints': [{'id': 'v6', 'host': '[2001:DB8::5]', 'port': 8443,
+                                                                'slots': 1}]}),
+     {'2001:db8::5': {8443}}),
+    ('port-not-a-number', json.dumps({'version': 1, 'endpoints': [{'host': 'a.example.com', 'port': '8000'}]}), {}),
+    ('no-host', json.dumps({'version': 1, 'endpoints': [{'port': 8000}]}), {}),
+    ('empty-text', '', {}),
+    ('not-json', 'version: 1\n', {}),
+    ('json-null', 'null', {}),
+    ('no-endpoints-key', '{"version": 1}', {}),
+    ('endpoints-null', '{"version": 1, "endpoints": null}', {}),
+]
+
+
+@pytest.mark.parametrize('text, expected', [row[1:] for row in ENDPOINTS], ids=[row[0] for row in ENDPOINTS])
+def test_endpoint_ports(text, expected):
+    assert GW.endpoint_ports(text) == expected
+
+
+# --- the guard --------------------------------------------------------------------------------------
+
+def _render(opened=(), gateways=(), host_gateway=None, pool=G.DEFAULT_POOL):
+    valid = G.validate(list(opened), pool=pool, gateways=list(gateways), host_gateway=host_gateway)
+    return G.render(valid, pool=pool, gateways=list(gateways), host_gateway=host_gateway)
+
+
+GUARDS = [
+    ('default', G.default_render()),
+    ('gateways', _render(gateways=['172.18.0.1', '10.47.0.1', '192.0.2.1'], host_gateway='172.17.0.1')),
+    ('opened', _render(opened=['172.18.0.0/16'], gateways=['172.18.0.1', '10.47.0.1'], host_gateway='172.17.0.1')),
+    ('opened-two', _render(opened=['192.168.10.0/24', '10.20.0.0/16'], gateways=['192.168.10.1'])),
+    ('ipv6-gateway', _render(gateways=['172.18.0.1', 'fd00:1::1'])),
+    ('other-pool', _render(pool='10.99.0.0/16', gateways=['10.99.0.1'])),
+]
+
+
+@pytest.mark.parametrize('text', [row[1] for row in GUARDS], ids=[row[0] for row in GUARDS])
+def test_guard_networks_are_the_collections(text):
+    expected = G.acl_networks(text)
+    assert expected
+    nets = GW.guard_networks(text)
+    assert set(expected) <= set(nets)
+    assert nets == expected
+
+
+@pytest.mark.parametrize('address, guarded', [
+    ('10.47.0.5', True), ('169.254.169.254', True), ('127.0.0.1', True), ('172.17.0.1', True), ('::1', True),
+    ('fd00::1', True), ('140.82.112.3', False), ('2606:4700::1111', False),
+])
+def test_the_default_guard_refuses_what_the_collection_refuses(address, guarded):
+    ip = ipaddress.ip_address(address)
+    nets = GW.guard_networks(G.default_render())
+    assert any(ip in n for n in nets if n.version == ip.version) is guarded
+    assert G.covers(G.acl_networks(G.default_render()), address) is guarded
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('', []),
+    ('# acl pi_guard dst 10.0.0.0/8\n', []),
+    ('acl pi_client_conns maxconn 256\n', []),
+    ('acl other dst 10.0.0.0/8\n', []),
+    ('acl pi_guard dstdomain .example.com\n', []),
+    ('acl pi_guard dst\n', []),
+    ('acl pi_guard dst -n 10.0.0.0/8 not-a-net 192.168.1.7/16\n', ['10.0.0.0/8', '192.168.0.0/16']),
+    ('  acl   pi_guard dst 2001:db8::/32  \n', ['2001:db8::/32']),
+])
+def test_guard_networks_reads_only_the_guard_lines(text, expected):
+    assert GW.guard_networks(text) == [ipaddress.ip_network(n) for n in expected]
+
+
+# --- DNS --------------------------------------------------------------------------------------------
+
+A_TYPE, AAAA_TYPE, TXT_TYPE = 1, 28, 16
+
+
+def _qname(name):
+    return b''.join(bytes([len(label)]) + label.encode('ascii') for label in name.split('.') if label) + b'\x00'
+
+
+def query(name, qtype=A_TYPE, qid=0x1234, flags=0x0100, qdcount=1, arcount=0, extra=b''):
+    header = struct.pack('>HHHHHH', qid, flags, qdcount, 0, 0, arcount)
+    return header + _qname(name) + struct.pack('>HH', qtype, 1) + extra
+
+
+# an EDNS(0) OPT record in the additional section
+OPT = b'\x00' + struct.pack('>HHLH', 41, 4096, 0, 0)
+
+# (id, query, (id, flags, name, type, end))
+QUESTIONS = [
+    ('a', query('github.com'), (0x1234, 0x0100, 'github.com', A_TYPE, 12 + 12 + 4)),
+    ('aaaa', query('github.com', AAAA_TYPE), (0x1234, 0x0100, 'github.com', AAAA_TYPE, 28)),
+    ('txt', query('_acme.example.com', TXT_TYPE, qid=7), (7, 0x0100, '_acme.example.com', TXT_TYPE, 12 + 19 + 4)),
+    ('uppercase', query('API.GitHub.COM'), (0x1234, 0x0100, 'api.github.com', A_TYPE, 12 + 16 + 4)),
+    ('no-recursion-desired', query('pypi.org', flags=0), (0x1234, 0, 'pypi.org', A_TYPE, 12 + 10 + 4)),
+    ('edns-additional', query('pypi.org', arcount=1, extra=OPT), (0x1234, 0x0100, 'pypi.org', A_TYPE, 26)),
+    ('root', query(''), (0x1234, 0x0100, '', A_TYPE, 17)),
+    ('label-of-63', query('%s.test' % ('a' * 63)), (0x1234, 0x0100, '%s.test' % ('a' * 63), A_TYPE, 12 + 70 + 4)),
+]
+
+
+@pytest.mark.parametrize('data, expected', [row[1:] for row in QUESTIONS], ids=[row[0] for row in QUESTIONS])
+def test_parse_question(data, expected):
+    assert GW.parse_question(data) == expected
+
+
+MALFORMED = [
+    ('empty', b''),
+    ('header-only', query('github.com')[:12]),
+    ('too-short', query('')[:16]),
+    ('response-flag', query('github.com', flags=0x8180)),
+    ('qdcount-0', query('github.com', qdcount=0)),
+    ('qdcount-2', query('github.com', qdcount=2)),
+    ('label-of-64', struct.pack('>HHHHHH', 1, 0x0100, 1, 0, 0, 0) + b'\x40' + b'a' * 64 + b'\x00\x00\x01\x00\x01'),
+    ('compression-pointer', struct.pack('>HHHHHH', 1, 0x0100, 1, 0, 0, 0) + b'\xc0\x0c\x00\x01\x00\x01'),
+    ('truncated-label', query('github.com')[:17]),
+    ('label-past-the-end', struct.pack('>HHHHHH', 1, 0x0100, 1, 0, 0, 0) + b'\x0agithub'),
+    ('no-terminating-label', struct.pack('>HHHHHH', 1, 0x0100, 1, 0, 0, 0) + b'\x06github\x03com'),
+    ('no-type-and-class', query('github.com')[:-4]),
+    ('half-type-and-class', query('github.com')[:-1]),
+]
+
+
+@pytest.mark.parametrize('data', [row[1] for row in MALFORMED], ids=[row[0] for row in MALFORMED])
+def test_parse_question_refuses_malformed(data):
+    assert GW.parse_question(data) is None
+
+
+def _header(answer):
+    return struct.unpack('>HHHHHH', answer[:12])
+
+
+# (id, query, rcode, address)
+ANSWERS = [
+    ('a-answered', query('github.com'), 0, '10.47.0.61'),
+    ('a-other-id', query('pypi.org', qid=0xBEEF), 0, '10.47.0.62'),
+    ('a-nxdomain', query('evil.test'), 3, None),
+    ('aaaa-nodata', query('github.com', AAAA_TYPE), 0, None),
+    ('txt-nodata', query('github.com', TXT_TYPE), 0, None),
+    ('txt-nxdomain', query('evil.test', TXT_TYPE), 3, None),
+    ('no-recursion-desired', query('github.com', flags=0), 0, '10.47.0.33'),
+    ('edns-query', query('pypi.org', arcount=1, extra=OPT), 0, '10.47.0.40'),
+    ('edns-nxdomain', query('evil.test', arcount=1, extra=OPT), 3, None),
+]
+
+
+@pytest.mark.parametrize('data, rcode, address', [row[1:] for row in ANSWERS], ids=[row[0] for row in ANSWERS])
+def test_answer_round_trip(data, rcode, address):
+    qid, flags, _name, _qtype, end = GW.parse_question(data)
+    answer = GW.build_answer(data, end, rcode, address)
+    aid, aflags, qd, an, ns, ar = _header(answer)
+    assert aid == qid
+    assert aflags & 0x8000                      # a response
+    assert aflags & 0x0400                      # authoritative
+    assert aflags & 0x0080                      # recursion available
+    assert aflags & 0x0100 == flags & 0x0100    # recursion desired, echoed
+    assert aflags & 0x7800 == 0                 # opcode QUERY
+    assert aflags & 0x000F == rcode
+    assert (qd, ns, ar) == (1, 0, 0)
+    assert an == (1 if address else 0)
+    assert answer[12:end] == data[12:end]       # the question section, echoed
+    if address is None:
+        assert len(answer) == end
+        return
+    assert len(answer) == end + 16
+    pointer, rtype, rclass, ttl, rdlength = struct.unpack('>HHHLH', answer[end:end + 12])
+    assert (pointer, rtype, rclass, rdlength) == (0xC00C, A_TYPE, 1, 4)
+    assert 0 < ttl <= GW.RESOLVE_TTL
+    assert ipaddress.IPv4Address(answer[end + 12:end + 16]) == ipaddress.IPv4Address(address)
+
+
+# --- TLS ClientHello --------------------------------------------------------------------------------
+
+def client_hello(server_hostname, maximum_version=None):
+    """The handshake body (the record without its 5-byte header) of Python's own ClientHello."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if maximum_version is not None:
+        context.maximum_version = maximum_version
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    record = outgoing.read()
+    assert record[0] == 0x16                    # a handshake record
+    assert struct.unpack('>H', record[3:5])[0] == len(record) - 5
+    return record[5:]
+
+
+@pytest.mark.parametrize('server_hostname, maximum_version, expected', [
+    ('api.example.test', None, 'api.example.test'),
+    ('API.Example.TEST', None, 'api.example.test'),
+    ('api.example.test.', None, 'api.example.test'),
+    ('github.com', ssl.TLSVersion.TLSv1_2, 'github.com'),
+    ('a.b.c.d.example.org', ssl.TLSVersion.TLSv1_3, 'a.b.c.d.example.org'),
+    ('xn--bcher-kva.example', None, 'xn--bcher-kva.example'),
+    ('%s.example.test' % ('l' * 63), None, '%s.example.test' % ('l' * 63)),
+    (None, None, None),
+    ('192.0.2.1', None, None),                  # no SNI for an IP address
+])
+def test_client_hello_sni(server_hostname, maximum_version, expected):
+    assert GW.client_hello_sni(client_hello(server_hostname, maximum_version)) == expected
+
+
+HELLO = client_hello('api.example.test')
+NAME_AT = HELLO.index(b'api.example.test')
+
+
+def _garbage():
+    rng = random.Random(4711)
+    return [bytes(rng.randrange(256) for _i in range(rng.randrange(1, 600))) for _n in range(20)]
+
+
+@pytest.mark.parametrize('body', [
+    b'',
+    b'\x01',
+    b'\x01' + b'\x00' * 3,
+    b'\x01' + b'\xff' * 60,
+    b'\x02' + HELLO[1:],                        # a ServerHello
+    b'\x16\x03\x01' + struct.pack('>H', len(HELLO)) + HELLO,   # the record header left on
+    b'GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n',
+    HELLO.replace(b'api.example.test', b'api.ex\xffmple.test'),
+] + _garbage())
+def test_client_hello_sni_never_raises_on_garbage(body):
+    assert GW.client_hello_sni(body) is None
+
+
+@pytest.mark.parametrize('cut', [1, 4, 6, 38, 39, 40, 80, NAME_AT - 9, NAME_AT - 5, NAME_AT - 3, NAME_AT - 1,
+                                 NAME_AT])
+def test_client_hello_sni_truncated_before_the_name(cut):
+    assert GW.client_hello_sni(HELLO[:cut]) is None
+
+
+# A ClientHello cut anywhere (inside the name, or after it: the extensions' length then points past the end)
+# gives None, never a prefix of the name: relay_tls reads exactly one record, and a ClientHello fragmented over
+# two records (RFC 8446 5.1 allows it) is refused as having no name rather than sent to a name the client never
+# sent. (Found by these tests: the first gatewayd returned 'api' and 'api.example'.)
+@pytest.mark.parametrize('cut', [NAME_AT + 1, NAME_AT + 3, NAME_AT + len('api.example'),
+                                 NAME_AT + len('api.example.test') - 1, NAME_AT + len('api.example.test'),
+                                 len(HELLO) - 1])
+def test_client_hello_sni_truncated_inside_the_name(cut):
+    assert GW.client_hello_sni(HELLO[:cut]) is None
+
+
+
+# A server name that is not a DNS host name (CR, LF, space, colon, NUL) gives None: relay_tls writes the name
+# into 'CONNECT <sni>:443' to the egress proxy, so anything else would let a job inject headers or requests
+# into what the gateway sends to squid. (Found by these tests in the first gatewayd.)
+@pytest.mark.parametrize('name', [b'a.test\r\nX: yy.zz', b'evil.tests:22222', b'a b.example.test',
+                                  b'a.test\x00.evil.zzz'])
+def test_client_hello_sni_refuses_a_name_that_is_not_a_host_name(name):
+    assert len(name) == len(b'api.example.test')
+    assert GW.client_hello_sni(HELLO.replace(b'api.example.test', name)) is None
+
+# --- plain HTTP -------------------------------------------------------------------------------------
+
+def head(*lines):
+    return ('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1')
+
+
+REWRITTEN = [
+    ('get', head('GET /x HTTP/1.1', 'Host: api.example.test'),
+     head('GET http://api.example.test/x HTTP/1.1', 'Host: api.example.test', 'Connection: close')),
+    ('root', head('GET / HTTP/1.1', 'Host: pypi.org', 'Accept: */*'),
+     head('GET http://pypi.org/ HTTP/1.1', 'Host: pypi.org', 'Accept: */*', 'Connection: close')),
+    ('query-string', head('GET /simple/?q=a%20b HTTP/1.1', 'Host: pypi.org'),
+     head('GET http://pypi.org/simple/?q=a%20b HTTP/1.1', 'Host: pypi.org', 'Connection: close')),
+    ('host-with-port', head('GET /x HTTP/1.1', 'Host: api.example.test:8080'),
+     head('GET http://api.example.test:8080/x HTTP/1.1', 'Host: api.example.test:8080', 'Connection: close')),
+    ('host-case-and-spaces', head('GET /x HTTP/1.1', 'HOST:   api.example.test  '),
+     head('GET http://api.example.test/x HTTP/1.1', 'HOST:   api.example.test  ', 'Connection: close')),
+    ('post-http10', head('POST /upload HTTP/1.0', 'Host: api.example.test', 'Content-Length: 3'),
+     head('POST http://api.example.test/upload HTTP/1.0', 'Host: api.example.test', 'Content-Length: 3',
+          'Connection: close')),
+    ('hop-by-hop-dropped', head('GET /x HTTP/1.1', 'Connection: keep-alive, Upgrade', 'Host: api.example.test',
+                                'Proxy-Connection: keep-alive', 'Proxy-Authorization: Basic dTpw',
+                                'keep-alive: timeout=5', 'User-Agent: curl/8'),
+     head('GET http://api.example.test/x HTTP/1.1', 'Host: api.example.test', 'User-Agent: curl/8',
+          'Connection: close')),
+    ('connection-close-not-doubled', head('GET /x HTTP/1.1', 'Host: api.example.test', 'Connection: close'),
+     head('GET http://api.example.test/x HTTP/1.1', 'Host: api.example.test', 'Connection: close')),
+]
+
+
+@pytest.mark.parametrize('data, expected', [row[1:] for row in REWRITTEN], ids=[row[0] for row in REWRITTEN])
+def test_absolute_request(data, expected):
+    assert GW.absolute_request(data) == expected
+
+
+@pytest.mark.parametrize('data', [
+    head('GET /x HTTP/1.1'),
+    head('GET /x HTTP/1.1', 'Accept: */*'),
+    head('GET /x HTTP/1.1', 'Host:'),
+    head('GET /x HTTP/1.1', 'Host:    '),
+    head('GET http://api.example.test/x HTTP/1.1', 'Host: api.example.test'),
+    head('CONNECT api.example.test:443 HTTP/1.1', 'Host: api.example.test:443'),
+    head('OPTIONS * HTTP/1.1', 'Host: api.example.test'),
+    head('GET /x', 'Host: api.example.test'),
+    head('GET /x y HTTP/1.1', 'Host: api.example.test'),
+    head('GET /x HTTP/1.1', 'Host: user@api.example.test'),
+    head('GET /x HTTP/1.1', 'Host: evil.test/api.example.test'),
+    head('GET /x HTTP/1.1', 'Host: evil.test\\api.example.test'),
+    head('GET /x HTTP/1.1', 'Host: evil.test api.example.test'),
+    b'',
+])
+def test_absolute_request_refuses(data):
+    assert GW.absolute_request(data) is None
+
+
+
+def _bare_line_feed(data):
+    return any(data[i:i + 1] == b'\n' and data[i - 1:i] != b'\r' for i in range(len(data)))
+
+
+# A 'Host' line without a colon, or a Host value or header line with a control character (a bare LF, a tab in
+# the host) gives None: the absolute URI never carries a line feed, and a bare-LF line cannot smuggle
+# Connection: keep-alive (or Proxy-Authorization) past the hop-by-hop filter into squid, which reads a bare LF
+# as the end of a line. (Found by these tests: the first gatewayd raised IndexError or passed them on.)
+@pytest.mark.parametrize('data', [
+    head('GET /x HTTP/1.1', 'Host'),
+    head('GET /x HTTP/1.1', 'Host '),
+    head('GET /x HTTP/1.1', 'Host: api.example.test\nX:y'),
+    head('GET /x HTTP/1.1', 'Host: api.example.test\tevil.test'),
+    head('GET /x HTTP/1.1', 'Host: api.example.test', 'User-Agent: x\nConnection: keep-alive'),
+    head('GET /x HTTP/1.1', 'Host: api.example.test', 'User-Agent: x\nProxy-Authorization: Basic dTpw'),
+])
+def test_absolute_request_refuses_control_characters(data):
+    out = GW.absolute_request(data)
+    assert out is None or not (_bare_line_feed(out) or b'\t' in out)
+
+# --- a job network ----------------------------------------------------------------------------------
+
+def net(vrange='10.47.0.60/30', optins=None):
+    conf = dict(network='pi-job-1', job_id='job-1', subnet='10.47.0.0/26', gateway='10.47.0.2', vrange=vrange,
+                proxy='10.47.0.3', proxy_port=3128, optins=optins or {'tcp': {}, 'udp': {}})
+    return GW.Net(json.loads(json.dumps(conf)))
+
+
+def test_net_addresses_are_the_vrange_hosts():
+    small = net()
+    assert [str(a) for a in small.addresses] == ['10.47.0.61', '10.47.0.62']
+    wide = net('10.47.0.32/27')
+    assert len(wide.addresses) == 30
+    vrange = ipaddress.ip_network('10.47.0.32/27')
+    assert all(a in vrange and a not in (vrange.network_address, vrange.broadcast_address) for a in wide.addresses)
+
+
+# (id, names asked in order, the addresses they got)
+ADDRESSES = [
+    ('one', ['a.test'], ['10.47.0.61']),
+    ('stable', ['a.test', 'a.test', 'a.test'], ['10.47.0.61'] * 3),
+    ('different', ['a.test', 'b.test'], ['10.47.0.61', '10.47.0.62']),
+    ('stable-among-others', ['a.test', 'b.test', 'a.test', 'b.test'],
+     ['10.47.0.61', '10.47.0.62', '10.47.0.61', '10.47.0.62']),
+    ('full-reuses-oldest', ['a.test', 'b.test', 'c.test'], ['10.47.0.61', '10.47.0.62', '10.47.0.61']),
+    ('full-reuses-least-recently-used', ['a.test', 'b.test', 'a.test', 'c.test'],
+     ['10.47.0.61', '10.47.0.62', '10.47.0.61', '10.47.0.62']),
+    ('evicted-name-gets-a-new-one', ['a.test', 'b.test', 'c.test', 'a.test'],
+     ['10.47.0.61', '10.47.0.62', '10.47.0.61', '10.47.0.62']),
+    ('round-robin', ['a.test', 'b.test', 'c.test', 'd.test', 'e.test'],
+     ['10.47.0.61', '10.47.0.62', '10.47.0.61', '10.47.0.62', '10.47.0.61']),
+]
+
+
+@pytest.mark.parametrize('names, expected', [row[1:] for row in ADDRESSES], ids=[row[0] for row in ADDRESSES])
+def test_address_for(names, expected):
+    job = net()
+    assert [str(job.address_for(name)) for name in names] == expected
+    # the two maps agree: every address stands for the one name that has it
+    assert job.by_addr == dict((a, n) for n, a in job.by_name.items())
+    assert len(job.by_name) <= len(job.addresses)
+
+
+def test_address_for_forgets_what_an_evicted_name_resolved_to():
+    job = net()
+    job.address_for('a.test')
+    job.resolved['a.test'] = (0, ['140.82.112.3'])
+    job.address_for('b.test')
+    job.address_for('c.test')
+    assert 'a.test' not in job.by_name
+    assert 'a.test' not in job.resolved
+    assert job.by_addr[ipaddress.ip_address('10.47.0.61')] == 'c.test'
+
+
+def test_address_for_uses_every_address_of_a_wide_range_before_reusing():
+    job = net('10.47.0.32/27')
+    names = ['n%d.test' % i for i in range(30)]
+    addresses = [job.address_for(name) for name in names]
+    assert len(set(addresses)) == 30
+    assert sorted(addresses) == job.addresses
+    assert [job.address_for(name) for name in names] == addresses
+
+
+OPTINS = O.validate({'egress': {'allow': {
+    'ssh': True,
+    'git': ['Git.Example.com'],
+    'tcp_ports': [{'port': 2222, 'hosts': ['git.example.com', 'backup.example.com']}, 8443],
+    'ntp': ['time.example.com'],
+}}}, '/srv/project/.pi-container/config.yaml')
+
+
+# (proto, port, name, allowed)
+PORTS = [
+    ('tcp', 22, 'github.com', True),
+    ('tcp', 22, 'anything.example', True),
+    ('tcp', 8443, 'api.example.test', True),
+    ('tcp', 9418, 'git.example.com', True),
+    ('tcp', 9418, 'github.com', False),
+    ('tcp', 2222, 'git.example.com', True),
+    ('tcp', 2222, 'backup.example.com', True),
+    ('tcp', 2222, 'evil.example.com', False),
+    ('tcp', 2223, 'git.example.com', False),
+    ('tcp', 25, 'git.example.com', False),
+    ('tcp', 123, 'time.example.com', False),
+    ('udp', 123, 'time.example.com', True),
+    ('udp', 123, 'evil.example.com', False),
+    ('udp', 22, 'github.com', False),
+    ('udp', 8443, 'api.example.test', False),
+    ('icmp', 22, 'github.com', False),
+    ('tcp', '22', 'github.com', False),
+]
+
+
+@pytest.mark.parametrize('proto, port, name, allowed', PORTS)
+def test_port_allowed_from_the_collections_optins(proto, port, name, allowed):
+    job = net(optins=OPTINS.as_config())
+    assert job.port_allowed(proto, port, name) is allowed
+
+
+def test_optin_names_are_the_collections():
+    job = net(optins=OPTINS.as_config())
+    assert job.optin_names() == set(OPTINS.names())
+    assert job.optin_names() == {'git.example.com', 'backup.example.com', 'time.example.com'}
+
+
+def test_deny_all_allows_no_port():
+    job = net(optins=O.deny_all().as_config())
+    assert job.optins == {'tcp': {}, 'udp': {}}
+    assert not any(job.port_allowed(proto, port, 'github.com') for proto in ('tcp', 'udp') for port in (22, 123, 2222))
+    assert job.optin_names() == set()
