@@ -23,8 +23,10 @@ author:
 attributes:
   check_mode:
     support: full
+    description: Says what would be created, recreated, started or removed; changes nothing.
   diff_mode:
     support: none
+    description: The actions and the differences are in the result; there is no file diff.
 options:
   deploy_dir:
     description: The deployment folder (its allowlist, model endpoints and guard are mounted read-only).

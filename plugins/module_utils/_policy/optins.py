@@ -204,6 +204,7 @@ def _parse_yaml(text: str, path: str) -> Any:
     except ImportError:
         raise OptinError('Reading %s needs PyYAML in the Python that runs the job-network API. Fix: pip install '
                          'PyYAML (ansible-core brings it). Nothing was created.' % path)
+
     class _Strict(yaml.SafeLoader):
         """safe_load that refuses a key written twice (YAML would keep the last one silently)."""
 

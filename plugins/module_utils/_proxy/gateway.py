@@ -190,7 +190,7 @@ def exec_gatewayd(client: Any, name: str, argv: List[str]) -> str:
     """Run ``gatewayd <argv>`` in the gateway as root; its stdout, or GatewayError with its words."""
     api = client.api
     try:
-        handle = api.exec_create(name, [GATEWAYD] + list(argv), user='root')
+        handle = api.exec_create(name, ['python3', GATEWAYD] + list(argv), user='root')
         out = api.exec_start(handle['Id'])
         code = api.exec_inspect(handle['Id']).get('ExitCode')
     except Exception as exc:

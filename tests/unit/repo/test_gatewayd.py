@@ -248,6 +248,7 @@ def query(name, qtype=A_TYPE, qid=0x1234, flags=0x0100, qdcount=1, arcount=0, ex
 # an EDNS(0) OPT record in the additional section
 OPT = b'\x00' + struct.pack('>HHLH', 41, 4096, 0, 0)
 
+
 # (id, query, (id, flags, name, type, end))
 QUESTIONS = [
     ('a', query('github.com'), (0x1234, 0x0100, 'github.com', A_TYPE, 12 + 12 + 4)),
@@ -407,7 +408,6 @@ def test_client_hello_sni_truncated_inside_the_name(cut):
     assert GW.client_hello_sni(HELLO[:cut]) is None
 
 
-
 # A server name that is not a DNS host name (CR, LF, space, colon, NUL) gives None: relay_tls writes the name
 # into 'CONNECT <sni>:443' to the egress proxy, so anything else would let a job inject headers or requests
 # into what the gateway sends to squid. (Found by these tests in the first gatewayd.)
@@ -416,6 +416,7 @@ def test_client_hello_sni_truncated_inside_the_name(cut):
 def test_client_hello_sni_refuses_a_name_that_is_not_a_host_name(name):
     assert len(name) == len(b'api.example.test')
     assert GW.client_hello_sni(HELLO.replace(b'api.example.test', name)) is None
+
 
 # --- plain HTTP -------------------------------------------------------------------------------------
 
@@ -472,7 +473,6 @@ def test_absolute_request_refuses(data):
     assert GW.absolute_request(data) is None
 
 
-
 def _bare_line_feed(data):
     return any(data[i:i + 1] == b'\n' and data[i - 1:i] != b'\r' for i in range(len(data)))
 
@@ -492,6 +492,7 @@ def _bare_line_feed(data):
 def test_absolute_request_refuses_control_characters(data):
     out = GW.absolute_request(data)
     assert out is None or not (_bare_line_feed(out) or b'\t' in out)
+
 
 # --- a job network ----------------------------------------------------------------------------------
 
@@ -603,3 +604,27 @@ def test_deny_all_allows_no_port():
     assert job.optins == {'tcp': {}, 'udp': {}}
     assert not any(job.port_allowed(proto, port, 'github.com') for proto in ('tcp', 'udp') for port in (22, 123, 2222))
     assert job.optin_names() == set()
+
+
+# --- what one job may hold at once ----------------------------------------------------------------
+
+@pytest.mark.parametrize('bound, takes, gives, then_ok', [
+    (2, ['a', 'a'], [], False),           # the bound reached: the next is refused
+    (2, ['a', 'a'], ['a'], True),         # one given back: one more fits
+    (2, ['a', 'b'], [], True),            # per key: another job is not affected
+    (1, ['a'], ['a', 'a'], True),         # giving back more than taken never goes below zero
+    (3, [], [], True),
+])
+def test_limiter(bound, takes, gives, then_ok):
+    limiter = GW.Limiter(bound)
+    for key in takes:
+        assert limiter.take(key)
+    for key in gives:
+        limiter.give(key)
+    assert limiter.take('a') is then_ok
+
+
+def test_the_per_job_bounds_match_the_proxys():
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard
+    assert GW.MAX_CONNECTIONS_PER_JOB == guard.DEFAULT_CLIENT_MAX_CONNECTIONS
+    assert 0 < GW.MAX_DNS_IN_FLIGHT_PER_JOB <= GW.MAX_CONNECTIONS_PER_JOB
