@@ -143,6 +143,17 @@ options:
       probe C(pi-dispatch-egress-probe-firewall-<pid>)).
     type: bool
     default: true
+  gateway_name:
+    description:
+      - The gateway of transparent job networks (docs/transparent.md). When set, the doctor checks it (running, its
+        networks, opt-ins set to C(true)) and runs the transparent canary on a job network
+        C(pi-job-doctor-<pid>-t-net) with a probe that has no proxy variable. Unset, none of it runs.
+    type: str
+  transparent_port:
+    description:
+      - C(host:port) the transparent canary opts in (for its own network only) and must reach, e.g. C(github.com:22).
+        Unset, the canary proves only that the ports not opted in are dropped.
+    type: str
   sweep:
     description:
       - Sweep leftovers of earlier doctor runs before the canary.
@@ -239,6 +250,8 @@ def main():
         firewall=dict(type='bool', default=True),
         firewall_chain_prefix=dict(type='str', default='PI-EGRESS'),
         firewall_probe=dict(type='bool', default=True),
+        gateway_name=dict(type='str'),
+        transparent_port=dict(type='str'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     deploy_dir = _deployment.module_layout(module).deploy_dir

@@ -53,6 +53,13 @@ options:
     type: list
     elements: str
     default: []
+  allow_cut_jobs:
+    description:
+      - Consent to recreating a gateway that carries transparent job networks (its image was rebuilt, or its shape
+        differs). The networks are attached again at the same addresses, but the connections its relays held open
+        are cut. Without it such a recreate is refused, changing nothing.
+    type: bool
+    default: false
   state:
     description: C(started) or C(absent).
     type: str
@@ -101,6 +108,7 @@ def main():
         proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
         dns=dict(type='list', elements='str', default=[]),
         state=dict(type='str', default='started', choices=['started', 'absent']),
+        allow_cut_jobs=dict(type='bool', default=False),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -112,7 +120,8 @@ def main():
         else:
             spec = _gateway.desired(p['deploy_dir'], p['upstream_network'], p['proxy_name'], image=p['image'],
                                     name=p['name'], dns=p['dns'])
-            result.update(_gateway.ensure(client, spec, check_mode=module.check_mode))
+            result.update(_gateway.ensure(client, spec, check_mode=module.check_mode,
+                                          allow_cut_jobs=p['allow_cut_jobs']))
     except dc.EngineError as exc:
         dc.fail(module, exc, result, suffix='(docs/transparent.md)')
     module.exit_json(**result)

@@ -270,7 +270,12 @@ def test_an_upgraded_gateway_keeps_every_job_reachable(tworld):
     try:
         spec = gw.desired(tworld.env.deploy_dir, tworld.env.upstream_net, tworld.env.proxy, image=newer,
                           name=tworld.gateway, dns=[tworld.dns_ip])
-        result = gw.ensure(client, spec)
+        old_id = client.api.inspect_container(tworld.gateway)['Id']
+        with pytest.raises(gw.GatewayError) as caught:  # it carries jobs: no consent, no change
+            gw.ensure(client, spec)
+        assert 'cuts the open connections' in str(caught.value) and tworld.jobs['a'].network in str(caught.value)
+        assert client.api.inspect_container(tworld.gateway)['Id'] == old_id
+        result = gw.ensure(client, spec, allow_cut_jobs=True)
         assert result['actions'] and result['actions'][0].startswith('recreate'), result
         attrs = client.api.inspect_container(tworld.gateway)
         assert attrs['Config']['Image'] == newer
@@ -286,8 +291,40 @@ def test_an_upgraded_gateway_keeps_every_job_reachable(tworld):
     finally:
         spec = gw.desired(tworld.env.deploy_dir, tworld.env.upstream_net, tworld.env.proxy, image=GATEWAY_IMAGE,
                           name=tworld.gateway, dns=[tworld.dns_ip])
-        gw.ensure(client, spec)
+        gw.ensure(client, spec, allow_cut_jobs=True)
         client.images.remove(newer, force=True)
+
+
+def test_the_doctor_proves_the_transparent_path(tworld, tmp_path):
+    """doctor.yml with the gateway named: its lines, the wide opt-in of job b, and the transparent canary."""
+    import json
+    from conftest import run_playbook
+    env = tworld.env
+    json_path = tmp_path / 'doctor.jsonl'
+    extra = {
+        'egress_proxy_name': env.proxy, 'egress_deploy_dir': env.deploy_dir, 'doctor_probe_image': env.tools_image,
+        'doctor_provider_host': 'api.provider.test', 'doctor_deny_host': 'denied.test',
+        'doctor_listed_host': 'api.provider.test', 'doctor_probe_timeout': 5, 'doctor_json_path': str(json_path),
+        'doctor_isolation': False, 'doctor_firewall': False,
+        'doctor_gateway_name': tworld.gateway, 'doctor_transparent_port': 'git.forge.test:22',
+    }
+    rc, out, _recap = run_playbook('playbooks/doctor.yml', extra, timeout=300)
+    assert json_path.exists(), out[-4000:]
+    lines = [json.loads(text) for text in json_path.read_text().splitlines() if text.strip()]
+    got = dict((line['id'], line) for line in lines if line['id'].startswith('transparent.'))
+    statuses = dict((line_id, line['status']) for line_id, line in got.items())
+    assert statuses == {
+        'transparent.gateway': 'ok', 'transparent.wide': 'warn', 'transparent.https': 'ok', 'transparent.http': 'ok',
+        'transparent.deny': 'ok', 'transparent.dns': 'ok', 'transparent.drop': 'ok', 'transparent.port': 'ok',
+    }, json.dumps(got, indent=1) + out[-3000:]
+    assert tworld.jobs['b'].network in got['transparent.wide']['message']
+    assert 'udp/123' in got['transparent.wide']['message']
+    assert rc == 0, out[-4000:]
+    # the canary's network and probe are gone
+    left = [n['Name'] for n in tworld.client.api.networks(filters={'name': 'pi-job-doctor-'})]
+    assert not [n for n in left if n.endswith('-t-net')], left
+    assert not [c for c in tworld.client.containers.list(all=True) if c.name.startswith('pi-dispatch-egress-probe-'
+                                                                                      'transparent-')]
 
 
 def _quote(text):

@@ -56,6 +56,8 @@ class DoctorContext:
     sweep_enabled: bool = True
     firewall: Optional[dict] = None
     decision_log_dir: str = ''
+    gateway: Optional[str] = None           # the transparent gateway (none: no transparent check)
+    transparent_port: Optional[str] = None  # host:port the transparent canary opts in and must reach
 
     # --- what the run did (the module reports them) ----------------------------------------------
     actions: List[str] = dataclasses.field(default_factory=list)
@@ -96,6 +98,8 @@ class DoctorContext:
             squid_candidate=bool(options.squid_candidate),
             sweep_enabled=bool(options.sweep),
             firewall=options.firewall,
+            gateway=getattr(options, 'gateway', None) or None,
+            transparent_port=getattr(options, 'transparent_port', None) or None,
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',
                                                                       _decisions.DEFAULT_FOLDER),
         )

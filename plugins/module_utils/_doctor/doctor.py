@@ -57,6 +57,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.shards 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.squid import (
     SQUID_CANDIDATE_TIMEOUT, SquidCheck, squid_unfinished_line)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.sweep import SweepCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.transparent import TransparentCheck
 
 DEFAULT_PROVIDER_HOST = 'api.anthropic.com'
 DEFAULT_DENY_HOST = 'example.com'
@@ -112,7 +113,9 @@ class DoctorOptions(object):
     mirror check and the sweep of earlier runs' leftovers; ``firewall`` is
     ``firewall.py``'s options dict (None: its defaults). ``fallback_probe_image``: the image the
     probes run when ``probe_image`` is not on the daemon (the collection's own probe image, built
-    locally by the doctor role), said in the ``canary.probe_image`` line.
+    locally by the doctor role), said in the ``canary.probe_image`` line. ``gateway``: the transparent
+    gateway, whose check and canary run only when it is given (``transparent.py``); ``transparent_port``:
+    ``host:port`` that canary opts in and must reach.
     """
 
     def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
@@ -124,8 +127,11 @@ class DoctorOptions(object):
                  isolation: bool = True, job_pool: str = _jobpool.DEFAULT_POOL,
                  job_prefix: int = _jobpool.DEFAULT_PREFIX, squid_candidate: bool = True, sweep: bool = True,
                  firewall: Optional[Dict[str, Any]] = None,
-                 fallback_probe_image: Optional[str] = None, decision_log_dir: Optional[str] = None) -> None:
+                 fallback_probe_image: Optional[str] = None, decision_log_dir: Optional[str] = None,
+                 gateway: Optional[str] = None, transparent_port: Optional[str] = None) -> None:
         self.proxy = proxy
+        self.gateway = gateway
+        self.transparent_port = transparent_port
         self.decision_log_dir = decision_log_dir
         self.fallback_probe_image = fallback_probe_image
         self.deploy_dir = deploy_dir
@@ -157,7 +163,7 @@ def default_checks() -> Dict[str, Check]:
     return dict(probe_image=ProbeImageCheck(), proxy=ProxyCheck(), shards=ShardsCheck(), rules=RulesCheck(),
                 sweep=SweepCheck(), guard=GuardCheck(), include=IncludeCheck(), squid=SquidCheck(),
                 canary=CanaryCheck(isolation), isolation=isolation, overlay=OverlayCheck(),
-                decisions=DecisionsCheck(), firewall=FirewallCheck())
+                decisions=DecisionsCheck(), firewall=FirewallCheck(), transparent=TransparentCheck())
 
 
 class _Background(object):
@@ -219,6 +225,8 @@ class Doctor(object):
         lines.extend(checks['decisions'].lines(ctx))
         lines.extend(ctx.isolation_lines)  # the canary ran the isolation check
         lines.extend(checks['firewall'].lines(ctx))
+        if 'transparent' in checks:
+            lines.extend(checks['transparent'].lines(ctx))
         lines.extend(leftovers)
         ctx.timings['total'] = time.monotonic() - started
         return lines
@@ -234,6 +242,14 @@ def check_canary_options(params: dict[str, Any]) -> None:
         value = params[key]
         if value is not None and (not value or any(ch in value for ch in "/:'\" \t\n")):
             raise ValueError('%s %r is not a host name; give a bare name such as api.anthropic.com' % (key, value))
+    port = params.get('transparent_port')
+    if port:
+        host, _sep, number = port.rpartition(':')
+        if not host or not number.isdigit() or not 1 <= int(number) <= 65535 or \
+                any(ch in host for ch in "/:'\" \t\n[]{},"):
+            raise ValueError('transparent_port %r is not host:port; give e.g. github.com:22' % (port,))
+        if int(number) in (53, 80, 443):
+            raise ValueError('transparent_port %r is the gateway\'s own port; give an opt-in port such as 22' % port)
 
 
 def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = False) -> DoctorOptions:
@@ -246,7 +262,8 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
         job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
         firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
-        fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'])
+        fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'],
+        gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'))
 
 
 def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -> dict[str, Any]:

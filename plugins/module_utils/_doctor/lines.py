@@ -26,6 +26,7 @@ GROUPS = (
     ('decisions', 'Decision log'),
     ('isolation', 'Job networks'),
     ('firewall', 'Host firewall layer'),
+    ('transparent', 'Transparent job networks'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
 )
 
@@ -281,6 +282,51 @@ LINES = [
     ('firewall.leftover', 'firewall', 'ok',
      'Firewall probe: removed <net> (and <probe>), left by an EARLIER doctor run'),
     ('firewall.cleanup', 'firewall', 'warn', 'Firewall probe: <what> could not be removed (<why>)'),
+    # Transparent job networks (_doctor/transparent.py): only when the run names a gateway.
+    ('transparent.gateway', 'transparent', 'ok',
+     'Egress gateway running (<gateway>), serving <count> transparent job networks; <dropped> packets dropped so far'),
+    ('transparent.gateway_missing', 'transparent', 'fail',
+     'Egress gateway missing: there is no container <gateway>, so every transparent job is refused'),
+    ('transparent.gateway_stopped', 'transparent', 'fail',
+     'Egress gateway stopped (<gateway> is <state>), so every transparent job is refused'),
+    ('transparent.gateway_unread', 'transparent', 'warn',
+     'Egress gateway <gateway> could not be inspected or read (<why>)'),
+    ('transparent.wide', 'transparent', 'warn',
+     'Transparent job network <network> opens <ports> towards every name its resolver answers (<policy>)'),
+    ('transparent.https', 'transparent', 'ok',
+     'Transparent job reaches https://<provider>/ with no proxy variable (HTTP <code>, through the '
+     'gateway and the proxy)'),
+    ('transparent.https_unreached', 'transparent', 'warn',
+     'Transparent job does not reach https://<provider>/ (curl exit <code>)'),
+    ('transparent.http', 'transparent', 'ok',
+     'Transparent job reaches http://<provider>/ with no proxy variable (HTTP <code>, through the gateway '
+     'and the proxy)'),
+    ('transparent.http_unreached', 'transparent', 'warn',
+     'Transparent job does not reach http://<provider>/ (curl exit <code>)'),
+    ('transparent.deny', 'transparent', 'ok',
+     'Transparent job cannot resolve the unlisted <deny>, so it reaches nothing there'),
+    ('transparent.deny_leaks', 'transparent', 'fail',
+     'Transparent job resolves or reaches the unlisted <deny> (curl exit <code>, HTTP <http>)'),
+    ('transparent.dns', 'transparent', 'ok',
+     'Transparent job gets NXDOMAIN for <unique>.<deny> from the gateway itself, which sends no uncovered '
+     'name anywhere (<count> answered so)'),
+    ('transparent.dns_leaks', 'transparent', 'fail',
+     "Transparent job's lookup of <unique>.<deny> was not answered NXDOMAIN by the gateway (curl exit "
+     "<code>; gateway NXDOMAIN count <count>): a DNS label may leave"),
+    ('transparent.drop', 'transparent', 'ok',
+     "Transparent job's TCP 22 and UDP 123, not opted in, go nowhere: the gateway dropped <count> packets "
+     "of its network"),
+    ('transparent.drop_leaks', 'transparent', 'fail',
+     "Transparent job's ports that are not opted in are not dropped (TCP 22 connected: <yes/no>; gateway "
+     "drops <count>)"),
+    ('transparent.port', 'transparent', 'ok',
+     'Transparent job reaches the opted-in <host:port> through the gateway'),
+    ('transparent.port_unreached', 'transparent', 'warn',
+     'Transparent job does not reach the opted-in <host:port> (curl exit <code>)'),
+    ('transparent.notrun', 'transparent', 'notrun',
+     'Transparent canary probe <probe> did not run (the probe printed no result for it)'),
+    ('transparent.setup', 'transparent', 'notrun',
+     'Transparent canary could not be set up (<why>), so no probe ran'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),

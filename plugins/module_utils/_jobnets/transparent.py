@@ -75,7 +75,8 @@ def config(job_id: str, network: str, subnet: str, gateway_addr: str, proxy_addr
     net = ipaddress.ip_network(subnet)
     _low, high = halves(net)
     return dict(network=network, job_id=job_id, subnet=str(net), gateway=gateway_addr, vrange=str(high),
-                proxy=proxy_addr, proxy_port=proxy_port, optins=optins.as_config(), written=int(time.time()))
+                proxy=proxy_addr, proxy_port=proxy_port, optins=optins.as_config(), policy=optins.path,
+                written=int(time.time()))
 
 
 def _tar(name: str, data: bytes) -> bytes:
@@ -107,8 +108,13 @@ def forget(client: Any, gateway: str, network: str) -> None:
 
 
 def counters(client: Any, gateway: str) -> Dict[str, Any]:
-    """What the gateway dropped and refused, per job network (``gatewayd counters``)."""
+    """What the gateway dropped (``dropped``: chain -> packets, bytes) and refused (``refused``: '<network> <reason>'
+    -> count), and the networks it serves (``networks``: network, job_id, subnet, gateway, optins, policy), from
+    ``gatewayd counters``."""
     return json.loads(exec_gatewayd(client, gateway, ['counters']))
+
+
+status = counters
 
 
 def chain_name(subnet: str) -> str:

@@ -92,14 +92,16 @@ def differences(spec: Dict[str, Any], attrs: Dict[str, Any], image_id: Optional[
     return out
 
 
-def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False) -> Dict[str, Any]:
+def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False, allow_cut_jobs: bool = False
+           ) -> Dict[str, Any]:
     """Create and start the gateway when it is missing, stopped or not the wanted one; dict(changed, actions,
     differences).
 
     A gateway whose image was rebuilt (or whose shape differs) is recreated: every job network it was on
     is attached again at the same address (each job resolves through that address), and the networks'
-    files (a named volume) are applied again. An existing container of that name that is not a gateway
-    is refused, naming it.
+    files (a named volume) are applied again. The recreate cuts the connections its relays hold open, so
+    while it carries transparent job networks it is refused unless ``allow_cut_jobs`` (the proxy's
+    consent rule). An existing container of that name that is not a gateway is refused, naming it.
     """
     api = client.api
     actions = []
@@ -118,6 +120,13 @@ def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False) -> Dict[
     reattach = {}  # type: Dict[str, str]
     if diffs:
         reattach = job_attachments(attrs, spec['network'])
+        if reattach and not allow_cut_jobs:
+            raise GatewayError(
+                'The gateway %s differs from the wanted one (%s), and recreating it cuts the open connections of '
+                'the %d transparent job networks it carries (%s). Nothing was changed. Consent with '
+                'egress_proxy_allow_cut_jobs=true (egress_upgrade_allow_cut_jobs for upgrade.yml; allow_cut_jobs '
+                'for the module), or run it when no transparent job runs.'
+                % (spec['name'], '; '.join(diffs), len(reattach), ', '.join(sorted(reattach))))
         actions.append('recreate %s (%s)' % (spec['name'], '; '.join(diffs)))
         if check_mode:
             return dict(changed=True, actions=actions, differences=diffs)

@@ -628,3 +628,10 @@ def test_the_per_job_bounds_match_the_proxys():
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard
     assert GW.MAX_CONNECTIONS_PER_JOB == guard.DEFAULT_CLIENT_MAX_CONNECTIONS
     assert 0 < GW.MAX_DNS_IN_FLIGHT_PER_JOB <= GW.MAX_CONNECTIONS_PER_JOB
+
+
+@pytest.mark.parametrize('subnet', ['10.47.0.0/26', '10.47.0.64/26', '10.47.255.192/26', '172.16.0.0/24'])
+def test_the_collection_names_the_chains_as_the_gateway_does(subnet):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent
+    net = GW.Net(dict(network='n', subnet=subnet, gateway=subnet.split('/')[0], vrange=subnet, proxy='10.0.0.1'))
+    assert GW.chain_of(net) == transparent.chain_name(subnet)

@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+"""The transparent gateway's wanted shape, what differs from it, and what it carries (pure parts)."""
+
+import pytest
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import gateway as G
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as T
+
+
+def spec(**more):
+    return G.desired('/d', 'up', 'proxy', **more)
+
+
+def test_the_wanted_shape_holds_no_more_than_it_needs():
+    s = spec()
+    assert s['cap_drop'] == ['ALL'] and sorted(s['cap_add']) == ['KILL', 'NET_ADMIN', 'SETGID', 'SETPCAP', 'SETUID']
+    assert s['security_opt'] == ['no-new-privileges'] and s['sysctls']['net.ipv4.ip_forward'] == '0'
+    ro = dict((src, b['bind']) for src, b in s['binds'].items() if b['mode'] == 'ro')
+    assert sorted(ro.values()) == ['/etc/pi-dispatch/egress-allowlist.conf', '/etc/pi-dispatch/egress-guard.conf',
+                                   '/etc/pi-dispatch/model-endpoints.json']
+    assert all(src.startswith('/d/') for src in ro)  # the folder's own files only, never the whole folder
+    assert s['binds']['pi-dispatch-egress-gateway-nets'] == dict(bind=G.NETS_DIR, mode='rw')
+    assert s['labels'] == {G.LABEL_ROLE: 'gateway', G.LABEL_PROXY: 'proxy'} and s['network'] == 'up'
+
+
+def attrs(image='sha256:a', caps=None, mounts=None, nets=None):
+    s = spec()
+    if mounts is None:
+        mounts = [dict(Type='bind' if b['mode'] == 'ro' else 'volume', Source=src, Name=src,
+                       Destination=b['bind']) for src, b in s['binds'].items()]
+    return dict(Image=image, HostConfig=dict(CapAdd=caps if caps is not None else list(G.CAPS)), Mounts=mounts,
+                NetworkSettings=dict(Networks=nets or {}))
+
+
+@pytest.mark.parametrize('case, got, image_id, expect', [
+    ('as wanted', attrs(), 'sha256:a', []),
+    ('the image was rebuilt', attrs(), 'sha256:b', ['image']),
+    ('a capability more', attrs(caps=list(G.CAPS) + ['SYS_ADMIN']), 'sha256:a', ['capabilities']),
+    ('a capability less', attrs(caps=['NET_ADMIN']), 'sha256:a', ['capabilities']),
+    ('a mount missing', attrs(mounts=[]), 'sha256:a', ['mounts']),
+    ('image and mounts', attrs(mounts=[]), 'sha256:c', ['image', 'mounts']),
+    ('image unknown: not compared', attrs(), None, []),
+])
+def test_differences(case, got, image_id, expect):
+    diffs = G.differences(spec(), got, image_id)
+    assert [d.split()[0] for d in diffs] == expect, (case, diffs)
+
+
+def test_job_attachments_are_every_network_but_the_upstream():
+    got = attrs(nets={'up': dict(IPAddress='172.20.0.3'), 'pi-job-a-net': dict(IPAddress='10.47.0.2'),
+                      'pi-job-b-net': dict(IPAddress='10.47.0.66'), 'pi-job-c-net': dict(IPAddress='')})
+    assert G.job_attachments(got, 'up') == {'pi-job-a-net': '10.47.0.2', 'pi-job-b-net': '10.47.0.66'}
+
+
+@pytest.mark.parametrize('mode, prefix, expect', [
+    ('explicit', 29, 29), ('explicit', 28, 28), ('transparent', 29, 26), ('transparent', 27, 27),
+    ('transparent', 24, 24), ('transparent', 28, 'error'),
+])
+def test_the_prefix_a_mode_gets(mode, prefix, expect):
+    if expect == 'error':
+        with pytest.raises(Exception) as caught:
+            T.prefix_for(mode, prefix, 29)
+        assert '/28 is too small' in str(caught.value) and 'Nothing was created' in str(caught.value)
+    else:
+        assert T.prefix_for(mode, prefix, 29) == expect
+
+
+def test_a_transparent_network_is_split_in_halves_and_its_file_says_so():
+    import ipaddress
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins
+    low, high = T.halves(ipaddress.ip_network('10.47.0.64/26'))
+    assert (str(low), str(high)) == ('10.47.0.64/27', '10.47.0.96/27')
+    conf = T.config('j1', 'pi-job-j1-net', '10.47.0.64/26', '10.47.0.66', '10.47.0.67', 3128,
+                    optins.validate({'egress': {'allow': {'ssh': ['github.com']}}}, '/p/config.yaml'))
+    assert conf['vrange'] == '10.47.0.96/27' and conf['optins'] == {'tcp': {'22': ['github.com']}, 'udp': {}}
+    assert conf['policy'] == '/p/config.yaml' and T.chain_name(conf['subnet']) == 'PIGW-10-47-0-64'
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(Exception) as caught:
+        T.check_mode_name('intercept')
+    assert 'explicit' in str(caught.value) and 'transparent' in str(caught.value)
