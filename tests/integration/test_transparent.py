@@ -323,8 +323,8 @@ def test_the_doctor_proves_the_transparent_path(tworld, tmp_path):
     # the canary's network and probe are gone
     left = [n['Name'] for n in tworld.client.api.networks(filters={'name': 'pi-job-doctor-'})]
     assert not [n for n in left if n.endswith('-t-net')], left
-    assert not [c for c in tworld.client.containers.list(all=True) if c.name.startswith('pi-dispatch-egress-probe-'
-                                                                                      'transparent-')]
+    probes = [c.name for c in tworld.client.containers.list(all=True)]
+    assert not [name for name in probes if name.startswith('pi-dispatch-egress-probe-transparent-')], probes
 
 
 def _quote(text):
