@@ -1,8 +1,7 @@
-"""Unit tables for plugins/module_utils/jobnet_cli.py (no daemon) and the deprecated _jobnet alias."""
+"""Unit tables for plugins/module_utils/jobnet_cli.py (no daemon), and the old import path's removal."""
 
 import io
 import json
-import warnings
 
 import pytest
 
@@ -130,16 +129,9 @@ def test_a_bad_command_line_is_argparse_code_2():
     assert caught.value.code == cli.EXIT_USAGE
 
 
-# --- the deprecated import path ------------------------------------------------------------------------------
+# --- the old import path, deprecated in 0.4.0, is gone in 0.5.0 as announced ---------------------------------
 
-def test_the_old_import_path_gives_the_same_objects_with_a_deprecation_warning():
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import _jobnet as old
-    assert sorted(old.__all__) == sorted(jn.__all__) and sorted(dir(old)) == sorted(jn.__all__)
-    for name in jn.__all__:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter('always')
-            assert getattr(old, name) is getattr(jn, name)
-        assert [w.category for w in caught] == [DeprecationWarning], name
-        assert '0.5.0' in str(caught[0].message) and 'module_utils.jobnet' in str(caught[0].message)
-    with pytest.raises(AttributeError):
-        old.not_published  # noqa: B018 pylint: disable=pointless-statement
+def test_the_old_import_path_is_removed():
+    import importlib
+    with pytest.raises(ImportError):
+        importlib.import_module('ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet')
