@@ -234,6 +234,20 @@ def test_teardown_forgets_the_network_in_the_gateway(tworld):
     assert chain not in tp.counters(tworld.client, tworld.gateway)['dropped']
 
 
+def test_the_sweep_collects_a_dead_workers_transparent_network(tworld):
+    client = tworld.client
+    net = jn.create_job_network(client, 'it27-sweep', proxy_name=tworld.env.proxy, mode='transparent',
+                                gateway_name=tworld.gateway)
+    chain = tp.chain_name(net.subnet)
+    assert chain in tp.counters(client, tworld.gateway)['dropped']
+    result = jn.sweep(client, min_age=0, id_prefix='it27-sweep', proxy_name=tworld.env.proxy,
+                      gateway_name=tworld.gateway)
+    assert [r['network'] for r in result['removed']] == [net.network], result
+    assert tworld.gateway in result['removed'][0]['detached'], result
+    assert jn.inspect_job_network(client, net.network) is None
+    assert chain not in tp.counters(client, tworld.gateway)['dropped']  # forgotten, not just detached
+
+
 def test_preflight_refuses_a_transparent_job_while_its_gateway_is_down(tworld):
     client = tworld.client
     assert jn.preflight(client, proxy_name=tworld.env.proxy, mode=jn.TRANSPARENT,
