@@ -149,11 +149,13 @@ options:
         networks, opt-ins set to C(true)) and runs the transparent canary on a job network
         C(pi-job-doctor-<pid>-t-net) with a probe that has no proxy variable. Unset, none of it runs.
     type: str
+    version_added: 0.5.0
   transparent_port:
     description:
       - C(host:port) the transparent canary opts in (for its own network only) and must reach, e.g. C(github.com:22).
         Unset, the canary proves only that the ports not opted in are dropped.
     type: str
+    version_added: 0.5.0
   sweep:
     description:
       - Sweep leftovers of earlier doctor runs before the canary.

@@ -45,11 +45,13 @@ options:
     description: The job's network mode. For C(transparent) the gateway I(gateway_name) must run too (a second
       inspect).
     type: str
+    version_added: 0.5.0
     choices: [explicit, transparent]
     default: explicit
   gateway_name:
     description: The gateway of transparent job networks.
     type: str
+    version_added: 0.5.0
     default: pi-dispatch-egress-gateway
 extends_documentation_fragment:
   - pi_dispatch.egress.docker

@@ -90,6 +90,7 @@ options:
         the ports the project opted in. I(env) is then empty and I(run_args) carries C(--dns).
       - A transparent network is a /26 (with I(prefix) left at 29; else I(prefix) must be 27 or wider).
     type: str
+    version_added: 0.5.0
     choices: [explicit, transparent]
     default: explicit
   project_policy:
@@ -99,10 +100,12 @@ options:
         seed, written create-only. Unset, the job gets no opt-in at all.
       - Refused with any other mode.
     type: path
+    version_added: 0.5.0
   gateway_name:
     description: The gateway container of transparent job networks (started by the proxy role with
       C(egress_gateway_enabled)).
     type: str
+    version_added: 0.5.0
     default: pi-dispatch-egress-gateway
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
