@@ -4,16 +4,7 @@
 """A project's protocol opt-ins for a transparent job network (docs/transparent.md, "The policy file").
 
 The file is seed 001's ``.pi-container/config.yaml``; only ``egress.allow`` is read (other keys of
-the file belong to other tools and are left alone)::
-
-    egress:
-      allow:
-        ssh: false            # TCP 22 (e.g. git over SSH)
-        smtp: false           # TCP 25, 465, 587
-        git: false            # TCP 9418 (git://)
-        ntp: false            # UDP 123
-        tcp_ports: []         # arbitrary extra TCP ports, e.g. [2222, 8443]
-        udp_ports: []         # arbitrary extra UDP ports, e.g. [51820]
+the file belong to other tools and are left alone); :data:`SEED` is its deny-all form, the seed's own text.
 
 Each protocol is ``false`` (closed), ``true`` (open towards every name the job's resolver answers:
 the doctor warns) or, beyond the seed, a list of host names (open towards those names only, at the
