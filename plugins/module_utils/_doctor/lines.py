@@ -314,10 +314,10 @@ LINES = [
      "Transparent job's lookup of <unique>.<deny> was not answered NXDOMAIN by the gateway (curl exit "
      "<code>; gateway NXDOMAIN count <count>): a DNS label may leave"),
     ('transparent.drop', 'transparent', 'ok',
-     "Transparent job's TCP 22 and UDP 123, not opted in, go nowhere: the gateway dropped <count> packets "
+     "Transparent job's TCP <port> and UDP 123, not opted in, go nowhere: the gateway dropped <count> packets "
      "of its network"),
     ('transparent.drop_leaks', 'transparent', 'fail',
-     "Transparent job's ports that are not opted in are not dropped (TCP 22 connected: <yes/no>; gateway "
+     "Transparent job's ports that are not opted in are not dropped (TCP <port> connected: <yes/no>; gateway "
      "drops <count>)"),
     ('transparent.port', 'transparent', 'ok',
      'Transparent job reaches the opted-in <host:port> through the gateway'),

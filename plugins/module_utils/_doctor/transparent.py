@@ -13,8 +13,8 @@ given), and runs one probe container on it with **no proxy variable** and the ga
 * ``https://<deny>/`` and a unique name below the deny host must not resolve, and the gateway must
   have answered that NXDOMAIN itself (its ``dns-nxdomain`` count for the network; the gateway never
   sends an uncovered name anywhere);
-* TCP 22 and UDP 123 to the provider (not opted in) must not connect, and the gateway's drop counter
-  for the network must have grown;
+* TCP 22 (23 when ``transparent_port`` is on 22) and UDP 123 to the provider (not opted in) must not
+  connect, and the gateway's drop counter for the network must have grown;
 * ``transparent_port`` (``host:port``, opted in for this network only) must connect.
 
 Everything it made is removed at the end of the run (the job network through the API's teardown).
@@ -35,7 +35,13 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 
 # What the probe container runs: one line per probe, "<probe> <curl exit> <connect seconds> <http code>".
-PROBES = ('https', 'http', 'deny', 'dns', 'tcp22', 'udp123', 'port')
+# ``tcp`` dials a port no opt-in of the canary's network opens (22, or 23 when transparent_port is on 22).
+PROBES = ('https', 'http', 'deny', 'dns', 'tcp', 'udp123', 'port')
+
+
+def drop_port(port_target: Optional[str]) -> int:
+    """The TCP port the drop probe dials: 22, unless the canary opts 22 in (then 23)."""
+    return 23 if port_target and port_target.rpartition(':')[2] == '22' else 22
 
 
 def canary_job_id(pid: int) -> str:
@@ -52,7 +58,7 @@ def probe_script(provider: str, deny: str, unique: str, port_target: Optional[st
         one('http', 'http://%s/' % provider),
         one('deny', 'https://%s/' % deny),
         one('dns', 'https://%s.%s/' % (unique, deny)),
-        one('tcp22', 'telnet://%s:22' % provider, min(timeout, 4)),
+        one('tcp', 'telnet://%s:%d' % (provider, drop_port(port_target)), min(timeout, 4)),
         one('udp123', 'tftp://%s:123/pi-doctor' % provider, min(timeout, 4)),
     ]
     if port_target:
@@ -121,16 +127,17 @@ def classify(results: Dict[str, Tuple[int, float, int]], provider: str, deny: st
                               'Transparent job\'s lookup of %s was not answered NXDOMAIN by the gateway (curl exit '
                               '%d; gateway NXDOMAIN count %d): a DNS label may leave' % (name, code, nxdomain_counted),
                               fix='check the job got --dns <gateway> (run_args) and docker logs <gateway>'))
-    if not missing('tcp22') and not missing('udp123'):
-        t_code, t_connect, _h = results['tcp22']
+    if not missing('tcp') and not missing('udp123'):
+        t_code, t_connect, _h = results['tcp']
+        tcp = drop_port(port_target)
         if t_connect == 0 and dropped > 0:
             lines.append(Line('transparent.drop', 'ok',
-                              'Transparent job\'s TCP 22 and UDP 123, not opted in, go nowhere: the gateway dropped '
-                              '%d packets of its network' % dropped))
+                              'Transparent job\'s TCP %d and UDP 123, not opted in, go nowhere: the gateway dropped '
+                              '%d packets of its network' % (tcp, dropped)))
         else:
             lines.append(Line('transparent.drop_leaks', 'fail',
-                              'Transparent job\'s ports that are not opted in are not dropped (TCP 22 connected: %s; '
-                              'gateway drops %d)' % ('yes' if t_connect > 0 else 'no', dropped),
+                              'Transparent job\'s ports that are not opted in are not dropped (TCP %d connected: %s; '
+                              'gateway drops %d)' % (tcp, 'yes' if t_connect > 0 else 'no', dropped),
                               fix='docker exec <gateway> iptables -S: the network\'s PIGW- chain must end in DROP'))
     if port_target and not missing('port'):
         code, connect, _h = results['port']

@@ -7,7 +7,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import LINE_IDS
 
 GOOD = {'https': (0, 0.01, 401), 'http': (0, 0.01, 401), 'deny': (6, 0.0, 0), 'dns': (6, 0.0, 0),
-        'tcp22': (28, 0.0, 0), 'udp123': (28, 0.0, 0), 'port': (28, 0.02, 0)}
+        'tcp': (28, 0.0, 0), 'udp123': (28, 0.0, 0), 'port': (28, 0.02, 0)}
 
 
 def ids(lines):
@@ -45,7 +45,7 @@ def with_(**changes):
     ('NXDOMAIN, but not from the gateway', GOOD, None, 0, 5,
      [('transparent.https', 'ok'), ('transparent.http', 'ok'), ('transparent.deny', 'ok'),
       ('transparent.dns_leaks', 'fail'), ('transparent.drop', 'ok')]),
-    ('tcp 22 connected', with_(tcp22=(0, 0.01, 0)), None, 2, 5,
+    ('tcp 22 connected', with_(tcp=(0, 0.01, 0)), None, 2, 5,
      [('transparent.https', 'ok'), ('transparent.http', 'ok'), ('transparent.deny', 'ok'), ('transparent.dns', 'ok'),
       ('transparent.drop_leaks', 'fail')]),
     ('nothing counted as dropped', GOOD, None, 2, 0,
@@ -69,13 +69,15 @@ def test_classify(case, results, port, nxdomain, dropped, expect):
 def test_the_script_asks_each_probe_and_its_output_parses():
     script = T.probe_script('api.test', 'deny.test', 'u1', 'git.test:22', 10)
     for probe, url in (('https', 'https://api.test/'), ('http', 'http://api.test/'), ('deny', 'https://deny.test/'),
-                       ('dns', 'https://u1.deny.test/'), ('tcp22', 'telnet://api.test:22'),
+                       ('dns', 'https://u1.deny.test/'), ('tcp', 'telnet://api.test:23'),
                        ('udp123', 'tftp://api.test:123/pi-doctor'), ('port', 'telnet://git.test:22')):
         assert "'%s'" % url in script and 'echo "%s $?' % probe in script
-    assert 'telnet://git.test' not in T.probe_script('api.test', 'deny.test', 'u1', None, 10)
-    text = 'https 0 0.012 401\nhttp 0 0.010 401\nnoise line\ndeny 6 0.000000 000\ntcp22 28 0.0 000\nbad x y z\n'
+    other = T.probe_script('api.test', 'deny.test', 'u1', None, 10)
+    assert 'telnet://git.test' not in other and "'telnet://api.test:22'" in other  # 22 when nothing opts it in
+    assert T.drop_port('git.test:2222') == 22 and T.drop_port('git.test:22') == 23
+    text = 'https 0 0.012 401\nhttp 0 0.010 401\nnoise line\ndeny 6 0.000000 000\ntcp 28 0.0 000\nbad x y z\n'
     assert T.parse_probe_lines(text) == {'https': (0, 0.012, 401), 'http': (0, 0.01, 401), 'deny': (6, 0.0, 0),
-                                         'tcp22': (28, 0.0, 0)}
+                                         'tcp': (28, 0.0, 0)}
 
 
 @pytest.mark.parametrize('optins, expect', [
