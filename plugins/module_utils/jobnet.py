@@ -24,7 +24,8 @@ and may change in any release:
   subnets a client remembers of its daemon, not a listing per create);
 * ``_jobnets/engine.py``: the Engine calls the others share, and how their
   failures read;
-* ``_jobnets/lifecycle.py``: create and teardown;
+* ``_jobnets/lifecycle.py``: create; ``_jobnets/teardown.py``: teardown;
+* ``_jobnets/transparent.py``: the transparent mode's part of both;
 * ``_jobnets/gc.py``: the sweep (its pure decision table and its execution);
 * ``_jobnets/preflight.py``: the verdict before a job starts.
 
@@ -82,8 +83,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.lifecy
     CREATE_ATTEMPTS,
     JobNetwork,
     create_job_network,
-    teardown_job_network,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.teardown import teardown_job_network
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.transparent import (
     EXPLICIT,
     MODES,

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import teardown as _jobnet_teardown
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_container
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
@@ -236,8 +237,8 @@ def _teardown(ctx: DoctorContext, made: List[str]) -> List[Line]:
                               fix='docker rm -f %s; the next doctor run sweeps %s' % (name, net)))
             continue
         try:
-            _jobnet_lifecycle.teardown_job_network(ctx.client, isolation_job_id(ctx.pid, peer),
-                                                   proxy_name=ctx.proxy)
+            _jobnet_teardown.teardown_job_network(ctx.client, isolation_job_id(ctx.pid, peer),
+                                                  proxy_name=ctx.proxy)
         except Exception as exc:
             lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down (%s)'
                               % (net, ' '.join(str(exc).split())),

@@ -32,6 +32,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _lifecycle
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import teardown as _teardown
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 
 # What the probe container runs: one line per probe, "<probe> <curl exit> <connect seconds> <http code>".
@@ -264,7 +265,7 @@ class TransparentCheck(Check):
                             nxdomain, dropped)
         finally:
             try:
-                _lifecycle.teardown_job_network(ctx.client, job_id, proxy_name=ctx.proxy, gateway_name=ctx.gateway)
+                _teardown.teardown_job_network(ctx.client, job_id, proxy_name=ctx.proxy, gateway_name=ctx.gateway)
             except Exception:
                 pass  # job_network_gc sweeps pi-job-doctor-<pid>-t-net later
             if policy:

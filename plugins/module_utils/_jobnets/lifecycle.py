@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
 # Apache License 2.0 (see LICENSE)
-"""Job networks: create one for a job (``--internal``, labelled, the proxy attached) and tear it down.
+"""Job networks: create one for a job (``--internal``, labelled, the proxy attached).
 
-:func:`create_job_network` and :func:`teardown_job_network` are the calls a
-job runner makes around each job; both are idempotent and either finish or
-change nothing (a create whose proxy attach fails removes its network
-again). Re-exported by ``jobnet.py``, the published job-network API
+:func:`create_job_network` is the call a job runner makes before each job
+(``teardown.py`` the one after it); it is idempotent and either finishes or
+changes nothing (a create whose proxy or gateway attach fails removes its
+network again). Re-exported by ``jobnet.py``, the published job-network API
 (docs/job-network-api.md).
 """
 
@@ -31,14 +31,12 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine
     connection_failed,
     disconnect,
     inspect_job_network,
-    proxy_on,
     remove_network,
-    summary_name,
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import (
-    LABEL_JOB_ID,
     LABEL_MODE,
     JobNetError,
+    ownership_problem,
     NO_PROXY,
     PROXY_NAME,
     PROXY_PORT,
@@ -50,7 +48,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME, GatewayError
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import (
     DEFAULT_POOL,
     DEFAULT_PREFIX,
@@ -68,11 +66,6 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool i
 # did not have holds it); each try after a refusal lists the networks again and starts its pick at
 # a random place in the pool, so creators on other hosts spread out instead of racing again.
 CREATE_ATTEMPTS = 5
-
-# Every container state but running. A running container has an active endpoint, so the network's
-# inspect names it already; leaving it out of the teardown's listing keeps the carrier's summary
-# (every network the proxy or the shard carries) out of the answer.
-_NOT_RUNNING = ['created', 'restarting', 'removing', 'paused', 'exited', 'dead']
 
 _ALLOC_LOCK = threading.Lock()
 
@@ -132,61 +125,6 @@ class JobNetwork(object):
         return 'JobNetwork(%r)' % (self.as_dict(),)
 
 
-class _How(object):
-    """How a job network is made: its mode and, for a transparent one, its opt-ins and gateway."""
-
-    def __init__(self, mode: str = _transparent.EXPLICIT, optins: Optional[_optins.Optins] = None,
-                 gateway: str = GATEWAY_NAME, proxy_port: int = PROXY_PORT) -> None:
-        self.mode = mode
-        self.optins = optins or _optins.deny_all()
-        self.gateway = gateway
-        self.proxy_port = proxy_port
-
-    def result(self, jn: JobNetwork, attrs: Optional[Dict[str, Any]] = None) -> JobNetwork:
-        jn.mode = self.mode
-        if self.mode == _transparent.TRANSPARENT:
-            jn.gateway = self.gateway
-            jn.optins = self.optins.as_dict()
-            jn.dns = _transparent.address_on(attrs or {}, self.gateway)
-        return jn
-
-
-def _with_gateway(client: Any, net_id: str, name: str, job_id: str, carrier: str, how: _How) -> List[str]:
-    """Attach the gateway to a transparent network and have it apply the network's file. Returns the actions.
-
-    Raises EngineError (GatewayError) naming what failed; the caller undoes what it made.
-    """
-    actions = []
-    try:
-        if connect_proxy(client, net_id, how.gateway):
-            actions.append('attach %s' % how.gateway)
-    except EngineError as exc:
-        raise GatewayError('Attaching the gateway %s to %s failed: %s. Start it first (docs/transparent.md).'
-                           % (how.gateway, name, exc))
-    attrs = inspect_job_network(client, name) or {}
-    gw_addr = _transparent.address_on(attrs, how.gateway)
-    proxy_addr = _transparent.address_on(attrs, carrier)
-    if not gw_addr or not proxy_addr:
-        raise GatewayError('%s has no address for the gateway %s or the proxy %s after attaching them'
-                           % (name, how.gateway, carrier))
-    _transparent.configure(client, how.gateway, _transparent.config(
-        job_id, name, subnet_of(attrs), gw_addr, proxy_addr, how.proxy_port, how.optins))
-    actions.append('configure %s for %s' % (how.gateway, name))
-    return actions
-
-
-def _ownership_problem(attrs: Dict[str, Any], job_id: str) -> Optional[str]:
-    """None when the network may be treated as ours, else why not (for errors)."""
-    labels = attrs.get('Labels') or {}
-    if LABEL_JOB_ID in labels:
-        if labels[LABEL_JOB_ID] != job_id:
-            return 'its label %s says job %r' % (LABEL_JOB_ID, labels[LABEL_JOB_ID])
-        return None
-    if labels:
-        return 'it carries labels that are not ours (%s)' % ', '.join(sorted(labels))
-    return None
-
-
 # --------------------------------------------------------------------------
 # Create and teardown
 # --------------------------------------------------------------------------
@@ -200,17 +138,17 @@ def _overlap_refused(message: str) -> bool:
 
 
 def _existing_job_network(client: Any, name: str, job_id: str, proxy_name: str, env: Dict[str, str], cname: str,
-                          check_mode: bool, shard_bound: Optional[int] = 0, how: Optional['_How'] = None
+                          check_mode: bool, shard_bound: Optional[int] = 0, how: Optional['_transparent.How'] = None
                           ) -> Optional[JobNetwork]:
     attrs = inspect_job_network(client, name)
     if attrs is None:
         return None
-    how = how or _How()
+    how = how or _transparent.How()
     have_mode = (attrs.get('Labels') or {}).get(LABEL_MODE, _transparent.EXPLICIT)
     if have_mode != how.mode:
         raise EngineError("Network %s exists as a %s job network, and this call asks for %s. Nothing was "
                           "changed. Tear it down first, or ask for the mode it has." % (name, have_mode, how.mode))
-    problem = _ownership_problem(attrs, job_id)
+    problem = ownership_problem(attrs, job_id)
     if problem:
         raise EngineError(
             "Network %s exists but is not this job's: %s. Nothing was changed. Remove it "
@@ -237,7 +175,7 @@ def _existing_job_network(client: Any, name: str, job_id: str, proxy_name: str, 
                     "was left as it was. Start or create the proxy (playbooks/site.yml), then "
                     "retry." % (proxy_name, name, exc))
     if how.mode == _transparent.TRANSPARENT and not check_mode:
-        actions += _with_gateway(client, attrs['Id'], name, job_id, carrier, how)
+        actions += _transparent.with_gateway(client, attrs['Id'], name, job_id, carrier, how)
         attrs = inspect_job_network(client, name) or attrs
     return how.result(JobNetwork(job_id, name, cname, subnet_of(attrs), env, attrs.get('Id'),
                                  changed=bool(actions), actions=actions, proxy=carrier), attrs)
@@ -417,7 +355,7 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     prefix = _transparent.prefix_for(mode, prefix, DEFAULT_PREFIX)
     parse_pool(pool, prefix)
     _shards.check_bound(shard_bound)
-    how = _How(mode, None, gateway_name, proxy_port)
+    how = _transparent.How(mode, None, gateway_name, proxy_port)
     if mode == _transparent.TRANSPARENT:
         if project_policy is not None:
             try:
@@ -457,7 +395,7 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
 
 def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job_id: str, name: str, cname: str,
                  env: Dict[str, str], labels: Dict[str, str], proxy_name: str, pool: str, prefix: int,
-                 routes: Optional[Sequence[Any]], shard_bound: Optional[int], how: _How) -> JobNetwork:
+                 routes: Optional[Sequence[Any]], shard_bound: Optional[int], how: _transparent.How) -> JobNetwork:
     """The create of :func:`create_job_network` under the daemon's lock (``lock``: _jobnet_lock.Held)."""
     for _round in (1, 2):
         net_id, subnet = _make_network(client, memo, name, labels, pool, prefix, routes,
@@ -479,7 +417,7 @@ def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job
     try:
         carrier = _attach(client, net_id, name, proxy_name, shard_bound)
         if how.mode == _transparent.TRANSPARENT:
-            gw_actions = _with_gateway(client, net_id, name, job_id, carrier, how)
+            gw_actions = _transparent.with_gateway(client, net_id, name, job_id, carrier, how)
     except EngineError as exc:
         reason = str(exc)
         try:
@@ -501,108 +439,3 @@ def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job
     return how.result(JobNetwork(job_id, name, cname, str(subnet), env, net_id, changed=True,
                                  actions=['create %s (%s)' % (name, subnet), 'attach %s' % carrier] + gw_actions,
                                  proxy=carrier), attrs)
-
-
-def _configured_on(client: Any, memo: Dict[Any, Any], net_id: str, name: str) -> Tuple[List[Dict[str, Any]], bool]:
-    """The containers configured on the network but not running, and True; (all of them, False) on a
-    daemon that refuses the state filter (Podman knows no ``restarting`` or ``dead``), which the
-    client then remembers."""
-    if not memo.get('no-status-filter'):
-        try:
-            return client.api.containers(all=True, filters={'network': net_id, 'status': _NOT_RUNNING}), True
-        except Exception as exc:
-            if connection_failed(exc):
-                raise as_engine_error('Listing the containers on %s failed' % name, exc)
-            memo['no-status-filter'] = True
-    try:
-        return client.api.containers(all=True, filters={'network': net_id}), False
-    except Exception as exc:
-        raise as_engine_error('Listing the containers on %s failed' % name, exc)
-
-
-def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
-                         check_mode: bool = False, gateway_name: str = GATEWAY_NAME) -> Dict[str, Any]:
-    """Detach the proxy (forced), then remove ``pi-job-<id>-net``.
-
-    Refuses, changing nothing, while any container other than the proxy is
-    still running on the network: stop and remove the job container first.
-    Never removes a container. Returns dict(changed, network, actions).
-
-    Idempotent: a network that is not there returns changed=False. Raises
-    JobNetError (bad job id), EngineError (a container, running or stopped,
-    is still on the network; the network is another job's or foreign; the
-    daemon refused) or EngineUnavailable (the daemon did not answer).
-    """
-    validate_job_id(job_id)
-    name = network_name(job_id)
-    attrs = inspect_job_network(client, name)
-    if attrs is None:
-        return dict(changed=False, network=name, actions=[])
-    problem = _ownership_problem(attrs, job_id)
-    if problem:
-        raise EngineError("Network %s is not this job's: %s. Nothing was changed." % (name, problem))
-    # A stopped or created container is configured on the network without an
-    # active endpoint (so it is not in the inspect's Containers); removing the
-    # network would leave it unable to start. The inspect names the running
-    # ones, one filtered listing the others.
-    memo = client_memo(client)
-    configured, running_left_out = _configured_on(client, memo, attrs['Id'], name)
-    listed = dict((summary_name(c), (c.get('State') or 'unknown').lower()) for c in configured)
-    for cid, endpoint in (attrs.get('Containers') or {}).items():
-        listed.setdefault((endpoint or {}).get('Name') or cid[:12], 'running' if running_left_out else 'endpoint')
-    others = sorted('%s (%s)' % (n, st) for n, st in listed.items()
-                    if not _shards.is_family_name(n, proxy_name) and n != gateway_name)
-    if others:
-        first = others[0].split(' ')[0]
-        raise EngineError(
-            "Network %s still has %s on it. Nothing was changed. Stop and remove the job "
-            "container first (docker stop %s && docker rm %s), then tear the network down."
-            % (name, ', '.join(others), first, first))
-    # Every member of the proxy family on it: active endpoints and configured (stopped) members.
-    carriers = sorted(set(_shards.family_on(attrs, proxy_name))
-                      | set(n for n in listed if _shards.is_family_name(n, proxy_name))) or [proxy_name]
-    gateway_on = gateway_name in listed or proxy_on(attrs, gateway_name)
-    actions = (['detach %s' % gateway_name] if gateway_on else []) + \
-        ['detach %s' % c for c in carriers if proxy_on(attrs, c)] + ['remove %s' % name]
-    if check_mode:
-        return dict(changed=True, network=name, actions=actions)
-    net_id = attrs['Id']
-    detached = []
-    if gateway_on:
-        try:
-            _transparent.forget(client, gateway_name, name)
-        except EngineError:
-            pass  # a stopped gateway: it forgets the network at its next start (gatewayd apply)
-        if disconnect(client, gateway_name, net_id):
-            detached.append(gateway_name)
-    for carrier in carriers:
-        try:
-            if disconnect(client, carrier, net_id):
-                detached.append(carrier)
-        except EngineError as exc:
-            raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
-                              "retry the teardown." % (carrier, name, exc))
-        _shards.note(memo, proxy_name, carrier, name, attached=False)
-    try:
-        removed = remove_network(client, net_id)
-    except EngineError as exc:
-        raise EngineError(
-            "Removing %s failed: %s. If it says the network has active endpoints, docker network "
-            "inspect %s shows what is still on it; stop and remove that container, then retry."
-            % (name, exc, name))
-    forget_subnet(memo, subnet_of(attrs))
-    done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
-    shards = [c for c in carriers if c != proxy_name]
-    if shards:
-        # A shard whose last job network this was goes too (the proxy itself always stays), under the
-        # daemon's lock: a create on this host never picks a shard that is being removed.
-        try:
-            with _jobnet_lock.held(client, memo) as lock:
-                for carrier in shards:
-                    if _shard_clone.remove_if_empty(client, proxy_name, carrier):
-                        done.append('remove the empty shard %s' % carrier)
-                        _shards.note(memo, proxy_name, carrier, attached=False)
-                        lock.changed()
-        except EngineError:
-            pass  # the sweep (job_network_gc) removes an empty shard later
-    return dict(changed=bool(done), network=name, actions=done)

@@ -174,3 +174,15 @@ def job_env(proxy_name: str = PROXY_NAME, proxy_port: int = PROXY_PORT, no_proxy
         'NO_PROXY': no_proxy,
         'NODE_USE_ENV_PROXY': '1',
     }
+
+
+def ownership_problem(attrs: Dict[str, Any], job_id: str) -> Optional[str]:
+    """None when the network may be treated as ours, else why not (for errors)."""
+    labels = attrs.get('Labels') or {}
+    if LABEL_JOB_ID in labels:
+        if labels[LABEL_JOB_ID] != job_id:
+            return 'its label %s says job %r' % (LABEL_JOB_ID, labels[LABEL_JOB_ID])
+        return None
+    if labels:
+        return 'it carries labels that are not ours (%s)' % ', '.join(sorted(labels))
+    return None

@@ -16,12 +16,19 @@ import ipaddress
 import json
 import tarfile
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import api_message
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import JobNetError
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError, api_message
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine import (
+    connect_proxy,
+    inspect_job_network,
+)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import PROXY_PORT, JobNetError
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import subnet_of
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins_mod
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.optins import Optins
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import (
+    GATEWAY_NAME,
     NETS_DIR,
     GatewayError,
     exec_gatewayd,
@@ -120,3 +127,47 @@ status = counters
 def chain_name(subnet: str) -> str:
     """The gateway's packet-filter chain of a job network (what ``gatewayd counters`` reports by)."""
     return 'PIGW-' + str(ipaddress.ip_network(subnet).network_address).replace('.', '-')
+
+
+class How(object):
+    """How a job network is made: its mode and, for a transparent one, its opt-ins and gateway."""
+
+    def __init__(self, mode: str = EXPLICIT, optins: Optional[_optins_mod.Optins] = None,
+                 gateway: str = GATEWAY_NAME, proxy_port: int = PROXY_PORT) -> None:
+        self.mode = mode
+        self.optins = optins or _optins_mod.deny_all()
+        self.gateway = gateway
+        self.proxy_port = proxy_port
+
+    def result(self, jn: Any, attrs: Optional[Dict[str, Any]] = None) -> Any:
+        """``jn`` (a lifecycle.JobNetwork) with the mode's attributes set."""
+        jn.mode = self.mode
+        if self.mode == TRANSPARENT:
+            jn.gateway = self.gateway
+            jn.optins = self.optins.as_dict()
+            jn.dns = address_on(attrs or {}, self.gateway)
+        return jn
+
+
+def with_gateway(client: Any, net_id: str, name: str, job_id: str, carrier: str, how: How) -> List[str]:
+    """Attach the gateway to a transparent network and have it apply the network's file. Returns the actions.
+
+    Raises EngineError (GatewayError) naming what failed; the caller undoes what it made.
+    """
+    actions = []
+    try:
+        if connect_proxy(client, net_id, how.gateway):
+            actions.append('attach %s' % how.gateway)
+    except EngineError as exc:
+        raise GatewayError('Attaching the gateway %s to %s failed: %s. Start it first (docs/transparent.md).'
+                           % (how.gateway, name, exc))
+    attrs = inspect_job_network(client, name) or {}
+    gw_addr = address_on(attrs, how.gateway)
+    proxy_addr = address_on(attrs, carrier)
+    if not gw_addr or not proxy_addr:
+        raise GatewayError('%s has no address for the gateway %s or the proxy %s after attaching them'
+                           % (name, how.gateway, carrier))
+    configure(client, how.gateway, config(
+        job_id, name, subnet_of(attrs), gw_addr, proxy_addr, how.proxy_port, how.optins))
+    actions.append('configure %s for %s' % (how.gateway, name))
+    return actions

@@ -629,7 +629,7 @@ def test_isolation_finds_the_member_that_carries_each_job_network(monkeypatch, c
             'b': JobNet('pi-job-doctor-%d-b-net' % OWN, '10.47.0.16/29', carrier_b)}
     monkeypatch.setattr(_doctor_isolation._jobnet_lifecycle, 'create_job_network',
                         lambda client, job_id, **kwargs: nets[job_id[-1]])
-    monkeypatch.setattr(_doctor_isolation._jobnet_lifecycle, 'teardown_job_network',
+    monkeypatch.setattr(_doctor_isolation._jobnet_teardown, 'teardown_job_network',
                         lambda client, job_id, **kwargs: None)
     api = IsolationAPI({nets['a'].network: (PROXY, '10.47.0.9'), nets['b'].network: (carrier_b, '10.47.0.17')})
     lines = _doctor_isolation.IsolationCheck().lines(doctor(api, isolation=True).ctx)

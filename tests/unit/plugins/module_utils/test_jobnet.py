@@ -16,6 +16,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import names
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import pool
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import preflight as pf
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import teardown
 
 PROXY = jn.PROXY_NAME
 NOW = 1_800_000_000
@@ -526,7 +527,7 @@ def test_facade_exports_exactly_all():
 def test_facade_reexports_the_implementation():
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
     assert jn.create_job_network is lifecycle.create_job_network
-    assert jn.teardown_job_network is lifecycle.teardown_job_network
+    assert jn.teardown_job_network is teardown.teardown_job_network
     assert jn.preflight is pf.preflight and jn.Verdict is pf.Verdict
     assert jn.plan_subnet is pool.plan_subnet and jn.PoolExhausted is pool.PoolExhausted
     assert jn.sweep is gc.sweep and jn.JobNetError is names.JobNetError
