@@ -45,6 +45,8 @@ def is_job_network(name: str) -> bool:
 
 # The proxy's own user in the image (Debian's "proxy"), which owns squid's pid directory.
 PROXY_UID = 13
+# The TLS name check's credential include (``_proxy/interceptor.py``; the image holds an empty copy).
+CONTAINER_CREDENTIALS_INCLUDE = '/etc/pi-dispatch/egress-credentials.conf'
 TMPFS = {
     # squid's core dumps (coredump_dir) and the record of the allowlist it read.
     '/tmp': 'rw,nosuid,nodev,noexec,size=16m,mode=1777',
@@ -146,13 +148,17 @@ def decision_log_env(name: str, decision_log: Optional[Dict[str, Any]]) -> Dict[
 def desired_spec(image: str, rules: str, allowlist: str, endpoints: str, network: str = UPSTREAM_NETWORK,
                  name: str = PROXY_NAME, extra_hosts: Optional[Sequence[str]] = None, health_interval: int = 5,
                  mount_endpoints: bool = True, guard: Optional[str] = None, limits: Optional[Dict[str, Any]] = None,
-                 shard_bound: Optional[int] = None, decision_log: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 shard_bound: Optional[int] = None, decision_log: Optional[Dict[str, Any]] = None,
+                 credentials_include: Optional[str] = None) -> Dict[str, Any]:
     mounts = [(os.path.realpath(rules), _rules.CONTAINER_RULES),
               (os.path.realpath(allowlist), _rules.CONTAINER_ALLOWLIST)]
     if mount_endpoints:
         mounts.append((os.path.realpath(endpoints), _rules.CONTAINER_ENDPOINTS))
     if guard:
         mounts.append((os.path.realpath(guard), _rules.CONTAINER_GUARD))
+    if credentials_include:
+        # Only when a credential is declared (docs/credentials.md): otherwise the image's empty copy stands.
+        mounts.append((os.path.realpath(credentials_include), CONTAINER_CREDENTIALS_INCLUDE))
     limits = check_limits(limits)
     labels = {LABEL_ROLE: 'proxy'}
     if check_shard_bound(shard_bound) is not None:
