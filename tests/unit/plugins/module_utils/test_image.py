@@ -142,8 +142,12 @@ def test_security_buildargs_and_the_containerfile_uses_them():
         tools = handle.read()
     assert _image.wants_security_args(proxy)
     assert not _image.wants_security_args(tools)  # the tools image gets no such argument (its hash stays)
-    assert '$SECURITY_MIRROR $SECURITY_SUITE main' in proxy
-    assert 'apt-get -y upgrade' in proxy
+    with open(os.path.join(root, 'roles', 'proxy', 'files', 'apt-refresh')) as handle:
+        refresh = handle.read()
+    # The proxy (and the gateway and the interceptor) run the shared apt step, which uses the arguments.
+    assert 'sh /usr/lib/pi-dispatch/apt-refresh ' in proxy
+    assert '$SECURITY_MIRROR $SECURITY_SUITE main' in refresh
+    assert 'apt-get -y upgrade' in refresh
 
 
 def test_security_args_change_the_build_hash():
