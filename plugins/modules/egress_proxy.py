@@ -166,6 +166,18 @@ options:
     type: int
     default: 5
     version_added: 0.3.0
+  credentials_include:
+    description:
+      - The TLS name check's credential include the M(pi_dispatch.egress.egress_credentials) module rendered
+        (its C(include) result). Given, the proxy mounts it and joins the interceptor's network before squid starts;
+        omitted (nothing declared), the image's empty copy stands and nothing changes (docs/credentials.md).
+    type: path
+    version_added: 0.6.0
+  credentials_network:
+    description: The interceptor's network the proxy joins with I(credentials_include) (the module's I(network)).
+    type: str
+    default: pi-dispatch-egress-credentials
+    version_added: 0.6.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -305,6 +317,8 @@ def main():
         decision_log_dir=dict(type='path'),
         decision_log_max_size=dict(type='str', default=_proxy_spec.DECISION_LOG_DEFAULTS['max_size']),
         decision_log_keep=dict(type='int', default=_proxy_spec.DECISION_LOG_DEFAULTS['keep']),
+        credentials_include=dict(type='path'),
+        credentials_network=dict(type='str', default=_proxy_spec.CREDENTIALS_NETWORK),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])

@@ -70,7 +70,8 @@ def wanted_spec(params: dict[str, Any], deploy_paths: dict[str, str] | None) -> 
         network=params['network'], name=params['name'], extra_hosts=params['extra_hosts'],
         health_interval=params['health_interval'], mount_endpoints=params['mount_endpoints'],
         guard=paths['guard_conf'] if paths and params['mount_endpoints'] else None, limits=limits,
-        shard_bound=params['shard_bound'], decision_log=decision_log_settings(params, deploy_paths))
+        shard_bound=params['shard_bound'], decision_log=decision_log_settings(params, deploy_paths),
+        credentials_include=params.get('credentials_include'), credentials_network=params.get('credentials_network'))
 
 
 class ProxyDeploy(object):
@@ -197,7 +198,7 @@ class ProxyDeploy(object):
             manager.ensure_network(internal=p['network_internal'])
             if manager.ensure_log_dir():
                 result['changed'] = True
-        old_networks = _proxy.reattach_networks(obs, p['network']) if obs else []
+        old_networks = _proxy.reattach_networks(obs, p['network'], self.spec.get('extra_networks')) if obs else []
         container = manager.apply(actions, container, old_networks)
         if plan and not self.check_mode:
             self.follow_shards(plan)

@@ -25,12 +25,13 @@ import os
 from typing import Any, Dict, Iterable, List
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
 
 INTERCEPTOR_NAME = 'pi-dispatch-egress-interceptor'
 INTERCEPTOR_IMAGE = 'pi-dispatch-egress-interceptor:latest'
 # The network only the proxy and the interceptor are on (--internal: the interceptor reaches nothing but
 # the proxy, so every byte it sends out passes the TLS name check again).
-NETWORK = 'pi-dispatch-egress-credentials'
+NETWORK = _spec.CREDENTIALS_NETWORK
 INTERCEPTOR_PORT = 8080
 # The TLS name check's port for the interceptor's own way out.
 RETURN_PORT = 3130

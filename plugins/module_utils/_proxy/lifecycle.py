@@ -21,7 +21,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import (
-    LABEL_NETWORK_ROLE, PROXY_UID, UPSTREAM_NETWORK, ProxyError, create_kwargs, is_job_network)
+    CREDENTIALS_NETWORK, LABEL_NETWORK_ROLE, PROXY_UID, UPSTREAM_NETWORK, ProxyError, create_kwargs, is_job_network)
 
 STATES = ('present', 'started', 'stopped', 'absent', 'restarted', 'reloaded')
 
@@ -104,9 +104,11 @@ def shard_consent_refusal(plan: Iterable[Tuple[Any, str]], allow_cut_jobs: bool,
                'them' if len(cutting) > 1 else 'it', variable))
 
 
-def reattach_networks(obs: Dict[str, Any], upstream: str) -> List[str]:
-    """The networks a replaced proxy joins again: every one it was on but the upstream (made with it)."""
-    return [n for n in obs['networks'] if n != upstream and n not in ('bridge', 'host', 'none')]
+def reattach_networks(obs: Dict[str, Any], upstream: str, extra: Optional[Iterable[str]] = None) -> List[str]:
+    """The networks a replaced proxy joins again: every one it was on but the upstream (made with it) and the
+    credential interceptor's (joined at creation when the new shape wants it, ``extra_networks``)."""
+    skip = ('bridge', 'host', 'none', CREDENTIALS_NETWORK) + tuple(extra or ())
+    return [n for n in obs['networks'] if n != upstream and n not in skip]
 
 
 class ProxyManager(object):
@@ -199,9 +201,21 @@ class ProxyManager(object):
         kwargs['log_config'] = LogConfig(type=spec['log_config']['type'], config=spec['log_config']['config'])
         image = kwargs.pop('image')
         try:
-            return self.client.containers.create(image, **kwargs)
+            container = self.client.containers.create(image, **kwargs)
         except Exception as exc:
             raise ProxyError('Creating container %s failed: %s' % (spec['name'], dc.api_message(exc)))
+        # Networks the proxy must be on before squid starts (the credential interceptor's: squid resolves
+        # its cache_peer when it reads its configuration).
+        for net_name in spec.get('extra_networks') or []:
+            net = dc.get_network(self.client, net_name)
+            if net is None:
+                raise ProxyError('The network %s is missing: the proxy must be on it before it starts (the '
+                                 'egress_credentials module makes it; docs/credentials.md).' % net_name)
+            try:
+                net.connect(container)
+            except Exception as exc:
+                raise ProxyError('Attaching %s to %s failed: %s' % (spec['name'], net_name, dc.api_message(exc)))
+        return container
 
     def apply(self, actions: Iterable[str], container: Any, old_networks: Iterable[str]) -> Any:
         for action in actions:

@@ -59,6 +59,9 @@ def allowlist_check_cmd() -> List[str]:
 PEEK_CONFIG = '/etc/squid/peek.conf'
 PEEK_PID = '/run/squid/peek.pid'
 PEEK_LOADED_GUARD = '/tmp/pi-egress-peek-guard.conf'
+# The credential include it reads too (docs/credentials.md), recorded the same way.
+PEEK_CREDENTIALS = '/etc/pi-dispatch/egress-credentials.conf'
+PEEK_LOADED_CREDENTIALS = '/tmp/pi-egress-peek-credentials.conf'
 PEEK_PORT = _rules.PEEK_PORT
 # 127.0.0.1:<PEEK_PORT> as /proc/net/tcp writes a local address; state 0A is LISTEN.
 PEEK_LISTEN = '0100007F:%04X' % PEEK_PORT
@@ -66,14 +69,17 @@ PEEK_WAIT_TENTHS = 50
 
 
 def reconfigure_cmd() -> List[str]:
-    """Record the allowlist; reconfigure the TLS name check when its guard changed, and wait until it
-    listens again; then make squid reread everything (rules, allowlist, includes)."""
-    peek = ('if [ -s {pid} ] && ! cmp -s {guard} {loaded}; then '
-            'cp {guard} {loaded} && squid -k reconfigure -f {conf} || exit 1; sleep 1; i=0; '
+    """Record the allowlist; reconfigure the TLS name check when its guard or its credential include changed,
+    and wait until it listens again; then make squid reread everything (rules, allowlist, includes)."""
+    peek = ('if [ -s {pid} ] && {{ ! cmp -s {guard} {loaded} || '
+            '{{ [ -e {cred} ] && ! cmp -s {cred} {loaded_cred}; }}; }}; then '
+            'cp {guard} {loaded} && {{ cp {cred} {loaded_cred} 2>/dev/null || true; }} && '
+            'squid -k reconfigure -f {conf} || exit 1; sleep 1; i=0; '
             'until grep -q " {listen} [0-9A-F]*:[0-9A-F]* 0A " /proc/net/tcp; do '
             'i=$((i + 1)); [ "$i" -lt {tenths} ] || exit 1; sleep 0.1; done; fi'
             ).format(pid=PEEK_PID, guard=_rules.CONTAINER_GUARD, loaded=PEEK_LOADED_GUARD, conf=PEEK_CONFIG,
-                     listen=PEEK_LISTEN, tenths=PEEK_WAIT_TENTHS)
+                     cred=PEEK_CREDENTIALS, loaded_cred=PEEK_LOADED_CREDENTIALS, listen=PEEK_LISTEN,
+                     tenths=PEEK_WAIT_TENTHS)
     return ['sh', '-c', 'cp %s %s && { %s; } && exec squid -k reconfigure -f %s' % (
         _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, _rules.CONTAINER_RULES)]
 

@@ -47,6 +47,8 @@ def is_job_network(name: str) -> bool:
 PROXY_UID = 13
 # The TLS name check's credential include (``_proxy/interceptor.py``; the image holds an empty copy).
 CONTAINER_CREDENTIALS_INCLUDE = '/etc/pi-dispatch/egress-credentials.conf'
+# The network only the proxy and the credential interceptor are on (``_proxy/interceptor.py`` NETWORK).
+CREDENTIALS_NETWORK = 'pi-dispatch-egress-credentials'
 TMPFS = {
     # squid's core dumps (coredump_dir) and the record of the allowlist it read.
     '/tmp': 'rw,nosuid,nodev,noexec,size=16m,mode=1777',
@@ -149,16 +151,19 @@ def desired_spec(image: str, rules: str, allowlist: str, endpoints: str, network
                  name: str = PROXY_NAME, extra_hosts: Optional[Sequence[str]] = None, health_interval: int = 5,
                  mount_endpoints: bool = True, guard: Optional[str] = None, limits: Optional[Dict[str, Any]] = None,
                  shard_bound: Optional[int] = None, decision_log: Optional[Dict[str, Any]] = None,
-                 credentials_include: Optional[str] = None) -> Dict[str, Any]:
+                 credentials_include: Optional[str] = None, credentials_network: str = '') -> Dict[str, Any]:
     mounts = [(os.path.realpath(rules), _rules.CONTAINER_RULES),
               (os.path.realpath(allowlist), _rules.CONTAINER_ALLOWLIST)]
     if mount_endpoints:
         mounts.append((os.path.realpath(endpoints), _rules.CONTAINER_ENDPOINTS))
     if guard:
         mounts.append((os.path.realpath(guard), _rules.CONTAINER_GUARD))
+    extra_networks = []
     if credentials_include:
         # Only when a credential is declared (docs/credentials.md): otherwise the image's empty copy stands.
+        # The proxy is on the interceptor's network before squid starts (squid resolves its cache_peer then).
         mounts.append((os.path.realpath(credentials_include), CONTAINER_CREDENTIALS_INCLUDE))
+        extra_networks.append(credentials_network or CREDENTIALS_NETWORK)
     limits = check_limits(limits)
     labels = {LABEL_ROLE: 'proxy'}
     if check_shard_bound(shard_bound) is not None:
@@ -168,6 +173,7 @@ def desired_spec(image: str, rules: str, allowlist: str, endpoints: str, network
         name=name,
         image=image,
         network=network,
+        extra_networks=extra_networks,
         mounts=mounts,
         log_mount=(decision_log['dir'], _rules.CONTAINER_DECISION_LOG_DIR) if decision_log else None,
         log_dir_asked=decision_log['asked'] if decision_log else None,
