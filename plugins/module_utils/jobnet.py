@@ -124,9 +124,13 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.shards i
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.preflight import (
     ADMIT,
+    CREDENTIAL_UNAVAILABLE,
+    CREDENTIAL_VERDICTS,
     ENGINE_UNAVAILABLE,
     GATEWAY_MISSING,
     GATEWAY_STOPPED,
+    INTERCEPTOR_MISSING,
+    INTERCEPTOR_STOPPED,
     TRANSPARENT_VERDICTS,
     PROXY_MISSING,
     PROXY_STOPPED,
@@ -159,13 +163,17 @@ def proxy_family(client: Any, proxy_name: str = PROXY_NAME) -> List[_shards.Memb
 # egress_proxy_shard_bound), else DEFAULT_SHARD_BOUND, now 10 (was 50).
 # 3.1: mode='transparent' (create_job_network's mode, project_policy and gateway_name; teardown's
 # gateway_name; JobNetwork.mode, .dns, .gateway, .optins; preflight's mode and gateway_name).
-API_VERSION = '3.1'
+# 3.2: credential placeholders (create_job_network's and teardown_job_network's credentials_dir;
+# JobNetwork.ca_mounts, mounted by run_args; preflight's credentials_dir and interceptor_name, with
+# CREDENTIAL_VERDICTS given only when credentials_dir is passed).
+API_VERSION = '3.2'
 
 __all__ = [
     'API_VERSION',
     # preflight
     'preflight', 'lazy_client', 'Verdict', 'VERDICTS', 'ADMIT', 'PROXY_STOPPED', 'PROXY_MISSING',
     'ENGINE_UNAVAILABLE', 'GATEWAY_MISSING', 'GATEWAY_STOPPED', 'TRANSPARENT_VERDICTS',
+    'CREDENTIAL_UNAVAILABLE', 'INTERCEPTOR_MISSING', 'INTERCEPTOR_STOPPED', 'CREDENTIAL_VERDICTS',
     # create and teardown
     'create_job_network', 'teardown_job_network', 'inspect_job_network', 'JobNetwork', 'CREATE_ATTEMPTS',
     # proxy shards

@@ -53,6 +53,19 @@ options:
     type: str
     version_added: 0.5.0
     default: pi-dispatch-egress-gateway
+  credentials_dir:
+    description:
+      - The deployment folder whose C(egress-credentials.json) declares credentials (docs/credentials.md). When it
+        declares any, each secret file must be usable (C(egress-credential-unavailable), naming the credential and the
+        file, never a byte of the secret) and the interceptor I(interceptor_name) must run
+        (C(egress-interceptor-missing) / C(egress-interceptor-stopped)).
+    type: path
+    version_added: 0.6.0
+  interceptor_name:
+    description: The credential interceptor container.
+    type: str
+    default: pi-dispatch-egress-interceptor
+    version_added: 0.6.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -111,6 +124,8 @@ def main():
         fail_on_refusal=dict(type='bool', default=False),
         mode=dict(type='str', default=_jobnet.EXPLICIT, choices=list(_jobnet.MODES)),
         gateway_name=dict(type='str', default=_jobnet.GATEWAY_NAME),
+        credentials_dir=dict(type='path'),
+        interceptor_name=dict(type='str', default='pi-dispatch-egress-interceptor'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -121,7 +136,8 @@ def main():
         module.fail_json(msg=problem)
     verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout'], **dc.tls_options(p)),
                                 proxy_name=p['proxy_name'], enabled=p['enabled'], docker_host=p['docker_host'],
-                                mode=p['mode'], gateway_name=p['gateway_name'])
+                                mode=p['mode'], gateway_name=p['gateway_name'], credentials_dir=p['credentials_dir'],
+                                interceptor_name=p['interceptor_name'])
     result = dict(changed=False, admitted=verdict.admitted, **verdict.as_dict())
     if p['fail_on_refusal'] and not verdict.admitted:
         module.fail_json(msg=verdict.message, **result)

@@ -107,6 +107,16 @@ options:
     type: str
     version_added: 0.5.0
     default: pi-dispatch-egress-gateway
+  credentials_dir:
+    description:
+      - The deployment folder whose C(egress-credentials.json) declares credentials (docs/credentials.md). With
+        I(state=present), each secret file is checked first (an unusable one refuses the job, naming the
+        credential, and nothing is created); the job's C(env) then holds a placeholder, unique to it, in each
+        credential's variable, and the CA variables, and C(run_args) mounts the deployment CA. With
+        I(state=absent), the job's placeholders are forgotten.
+      - Unset, no credential is handled (the job gets no placeholder).
+    type: path
+    version_added: 0.6.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -158,7 +168,10 @@ proxy:
   type: str
   sample: 10.47.0.0/29
 env:
-  description: The environment the job container needs (uppercase proxy variables, NO_PROXY, NODE_USE_ENV_PROXY).
+  description:
+    - The environment the job container needs (uppercase proxy variables, NO_PROXY, NODE_USE_ENV_PROXY).
+    - With I(credentials_dir) and declared credentials, also each credential's variable holding the job's placeholder
+      (never the secret) and the CA variables (NODE_EXTRA_CA_CERTS, SSL_CERT_FILE, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO).
   returned: when state=present
   type: dict
   sample: {HTTPS_PROXY: 'http://pi-dispatch-egress-proxy:3128', HTTP_PROXY: 'http://pi-dispatch-egress-proxy:3128',
@@ -168,6 +181,11 @@ run_args:
   returned: when state=present
   type: list
   elements: str
+ca_mounts:
+  description: The deployment CA files the job mounts (host file to path in the job), with I(credentials_dir).
+  returned: when state=present
+  type: dict
+  version_added: 0.6.0
 mode:
   description: The network's mode (explicit or transparent).
   returned: when state=present
@@ -211,6 +229,7 @@ def main():
         mode=dict(type='str', default=_jobnet.EXPLICIT, choices=list(_jobnet.MODES)),
         project_policy=dict(type='path'),
         gateway_name=dict(type='str', default=_jobnet.GATEWAY_NAME),
+        credentials_dir=dict(type='path'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -236,16 +255,18 @@ def main():
                 client, p['job_id'], proxy_name=p['proxy_name'], proxy_port=p['proxy_port'], pool=p['pool'],
                 prefix=p['prefix'], routes=None if p['check_host_routes'] else [], no_proxy=p['no_proxy'],
                 check_mode=module.check_mode, shard_bound=p['shard_bound'], mode=p['mode'],
-                project_policy=p['project_policy'], gateway_name=p['gateway_name'])
+                project_policy=p['project_policy'], gateway_name=p['gateway_name'],
+                credentials_dir=p['credentials_dir'])
             result.update(changed=jobnet.changed, network_id=jobnet.network_id, subnet=jobnet.subnet,
                           proxy=jobnet.proxy, env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions,
-                          mode=jobnet.mode, dns=jobnet.dns)
+                          mode=jobnet.mode, dns=jobnet.dns, ca_mounts=jobnet.ca_mounts)
             if jobnet.optins is not None:
                 result['optins'] = jobnet.optins
             after = True
         else:
             done = _jobnet.teardown_job_network(client, p['job_id'], proxy_name=p['proxy_name'],
-                                                check_mode=module.check_mode, gateway_name=p['gateway_name'])
+                                                check_mode=module.check_mode, gateway_name=p['gateway_name'],
+                                                credentials_dir=p['credentials_dir'])
             result.update(changed=done['changed'], actions=done['actions'])
             after = False
     except (_jobnet.JobNetError, dc.EngineError) as exc:

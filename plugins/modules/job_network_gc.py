@@ -54,6 +54,12 @@ options:
     description: Fail the task when any network could not be removed (it is reported either way).
     type: bool
     default: false
+  credentials_dir:
+    description:
+      - The deployment folder (docs/credentials.md). The credential placeholders of each removed network's job are
+        forgotten, and so is any job's placeholder record older than I(min_age) whose network is gone.
+    type: path
+    version_added: 0.6.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 seealso:
@@ -91,6 +97,12 @@ failed:
   returned: always
   type: list
   elements: dict
+forgotten:
+  description: The jobs whose credential placeholders were forgotten (with I(credentials_dir)).
+  returned: always
+  type: list
+  elements: str
+  version_added: 0.6.0
 lines:
   description: One human-readable line per network, in the order above.
   returned: always
@@ -115,6 +127,7 @@ def main():
         proxy_name=dict(type='str', default=_jobnet.PROXY_NAME),
         id_prefix=dict(type='str', default=''),
         fail_on_failed=dict(type='bool', default=False),
+        credentials_dir=dict(type='path'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -129,7 +142,7 @@ def main():
     try:
         result = _jobnet.sweep(client, min_age=p['min_age'], remove_exited_jobs=p['remove_exited_jobs'],
                                proxy_name=p['proxy_name'], id_prefix=p['id_prefix'],
-                               check_mode=module.check_mode)
+                               check_mode=module.check_mode, credentials_dir=p['credentials_dir'])
     except (_jobnet.JobNetError, dc.EngineError) as exc:
         dc.fail(module, exc)
     result['lines'] = _jobnet.sweep_lines(result, check_mode=module.check_mode)

@@ -11,9 +11,11 @@ and removes over the daemon; :func:`sweep_lines` reports a sweep's result.
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
@@ -38,6 +40,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     JobNetError,
     job_id_from_network_name,
     looks_like_job_network,
+    network_name,
     parse_time,
     validate_id_prefix,
 )
@@ -217,7 +220,7 @@ def network_created(net_attrs: Dict[str, Any]) -> Optional[float]:
 
 def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, proxy_name: str = PROXY_NAME,
           id_prefix: str = '', check_mode: bool = False, now: Optional[float] = None,
-          gateway_name: str = GATEWAY_NAME) -> Dict[str, Any]:
+          gateway_name: str = GATEWAY_NAME, credentials_dir: Optional[str] = None) -> Dict[str, Any]:
     """Collect job networks a dead worker left behind.
 
     Returns dict(removed=[...], kept=[...], failed=[...], changed=bool).
@@ -225,6 +228,10 @@ def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, pro
     and which exited job containers were removed first; in check mode what
     would be), kept (a fixed reason from KEEP_REASONS and the members), or
     failed (the step and the daemon's message).
+
+    ``credentials_dir`` (the deployment folder; docs/credentials.md): the credential placeholders of each
+    removed network's job are forgotten, and so is any job's record older than ``min_age`` whose network
+    is gone (``forgotten``: the job ids), so the interceptor refuses them from then on.
 
     Raises JobNetError for a bad ``id_prefix`` or ``min_age`` and
     EngineError / EngineUnavailable when the first listings fail; a failure
@@ -244,7 +251,9 @@ def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, pro
     candidates = [n for n in nets if looks_like_job_network(n.get('Name'))]
     if id_prefix:
         candidates = [n for n in candidates if n['Name'][len(NETWORK_PREFIX):].startswith(id_prefix)]
-    result = dict(removed=[], kept=[], failed=[], changed=False, removed_shards=[])
+    result = dict(removed=[], kept=[], failed=[], changed=False, removed_shards=[], forgotten=[])
+    if credentials_dir:
+        _forget_orphans(credentials_dir, set(n.get('Name') for n in nets), min_age, result, check_mode, now)
     if not candidates:
         _sweep_shards(client, proxy_name, result, check_mode)
         return result
@@ -288,8 +297,33 @@ def sweep(client: Any, min_age: int = 300, remove_exited_jobs: bool = False, pro
         else:
             result['removed'].append(entry)
             result['changed'] = True
+            if _jobcreds.forget(credentials_dir, decision.job_id):
+                result['forgotten'].append(decision.job_id)
     _sweep_shards(client, proxy_name, result, check_mode)
     return result
+
+
+def _forget_orphans(credentials_dir: str, networks: Set[str], min_age: int, result: Dict[str, Any],
+                    check_mode: bool, now: Optional[float]) -> None:
+    """Forget the placeholder records older than ``min_age`` whose job network is gone."""
+    folder = _jobcreds.jobs_dir(credentials_dir)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith('.json') and not n.startswith('.'))
+    except OSError:
+        return
+    now = time.time() if now is None else now
+    for entry in names:
+        job_id = entry[:-len('.json')]
+        if network_name(job_id) in networks:
+            continue
+        try:
+            if now - os.stat(os.path.join(folder, entry)).st_mtime < min_age:
+                continue
+        except OSError:
+            continue
+        if _jobcreds.forget(credentials_dir, job_id, check_mode):
+            result['forgotten'].append(job_id)
+            result['changed'] = True
 
 
 def _sweep_shards(client: Any, proxy_name: str, result: Dict[str, Any], check_mode: bool) -> None:
@@ -383,6 +417,8 @@ def sweep_lines(result: Dict[str, Any], check_mode: bool = False) -> List[str]:
                                            KEEP_REASONS.get(entry['reason'], entry['reason'])))
     for name in result.get('removed_shards', []):
         lines.append('%s the empty proxy shard %s' % (verb, name))
+    for job_id in result.get('forgotten', []):
+        lines.append('%s the credential placeholders of %s' % ('would forget' if check_mode else 'forgot', job_id))
     for entry in result.get('failed', []):
         lines.append('failed %s at %s: %s' % (entry['network'] or 'the proxy shards', entry['step'], entry['message']))
     return lines

@@ -46,6 +46,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     network_name,
     validate_job_id,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
@@ -81,14 +82,18 @@ class JobNetwork(object):
     proxy or one of its shards, which the job reaches by the proxy's name);
     ``mode`` (``explicit`` or ``transparent``); for a transparent network
     ``dns`` (the gateway's address the job resolves through), ``gateway``
-    (its container) and ``optins`` (what the project opened, as a dict).
+    (its container) and ``optins`` (what the project opened, as a dict);
+    ``ca_mounts`` ({host file: path in the job}: the deployment CA and its bundle, when the job got
+    credential placeholders, docs/credentials.md).
     """
 
     def __init__(self, job_id: str, network: str, container: str, subnet: Optional[str], env: Dict[str, str],
                  network_id: Optional[str] = None, changed: bool = False, actions: Optional[List[str]] = None,
                  proxy: Optional[str] = None, mode: str = _transparent.EXPLICIT, dns: Optional[str] = None,
-                 gateway: Optional[str] = None, optins: Optional[Dict[str, Any]] = None) -> None:
+                 gateway: Optional[str] = None, optins: Optional[Dict[str, Any]] = None,
+                 ca_mounts: Optional[Dict[str, str]] = None) -> None:
         self.job_id = job_id
+        self.ca_mounts = dict(ca_mounts or {})
         self.mode = mode
         self.dns = dns
         self.gateway = gateway
@@ -111,6 +116,8 @@ class JobNetwork(object):
         args = ['--name', self.container, '--network', self.network]
         if self.mode == _transparent.TRANSPARENT:
             args += ['--dns', str(self.dns), '--cap-drop', 'NET_RAW']
+        for source in sorted(self.ca_mounts):
+            args += ['-v', '%s:%s:ro' % (source, self.ca_mounts[source])]
         for key in sorted(self.env):
             args += ['-e', '%s=%s' % (key, self.env[key])]
         return args
@@ -119,7 +126,7 @@ class JobNetwork(object):
         return dict(job_id=self.job_id, network=self.network, container=self.container,
                     subnet=self.subnet, env=dict(self.env), network_id=self.network_id,
                     changed=self.changed, actions=list(self.actions), proxy=self.proxy, mode=self.mode,
-                    dns=self.dns, gateway=self.gateway, optins=self.optins)
+                    dns=self.dns, gateway=self.gateway, optins=self.optins, ca_mounts=dict(self.ca_mounts))
 
     def __repr__(self) -> str:
         return 'JobNetwork(%r)' % (self.as_dict(),)
@@ -299,7 +306,8 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
                        routes: Optional[Sequence[Any]] = None, no_proxy: str = NO_PROXY, check_mode: bool = False,
                        now: Optional[float] = None, owner_host: Optional[str] = None,
                        shard_bound: Optional[int] = None, mode: str = _transparent.EXPLICIT,
-                       project_policy: Optional[str] = None, gateway_name: str = GATEWAY_NAME) -> JobNetwork:
+                       project_policy: Optional[str] = None, gateway_name: str = GATEWAY_NAME,
+                       credentials_dir: Optional[str] = None) -> JobNetwork:
     """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
 
     Idempotent: an existing network of ours that is internal is kept, and the
@@ -343,6 +351,14 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     ``run_args()`` carries ``--dns <gateway>``. A refused policy file raises
     JobNetError naming the file and key, before anything is created.
 
+    ``credentials_dir`` (the deployment folder; docs/credentials.md): when its
+    ``egress-credentials.json`` declares credentials, each secret file is
+    checked first (an unusable one raises JobNetError naming the credential,
+    nothing created); the job's ``env`` then carries a placeholder, unique to
+    it, in each credential's variable, and the CA variables; ``ca_mounts`` the
+    CA files to mount. The placeholders are recorded against the job and its
+    subnet for the interceptor; teardown forgets them.
+
     Returns a JobNetwork. Raises JobNetError (bad job id, pool or prefix;
     nothing touched), PoolExhausted (no free subnet), EngineError (the
     daemon refused, the name belongs to something else, or the proxy could
@@ -375,6 +391,7 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     if mode == _transparent.TRANSPARENT:
         labels[LABEL_MODE] = mode
     memo = client_memo(client)
+    creds = _jobcreds.declared(credentials_dir) if credentials_dir else []
 
     if check_mode:
         found = _existing_job_network(client, name, job_id, proxy_name, env, cname, True, shard_bound, how)
@@ -389,8 +406,17 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
                                      actions=actions, proxy=carrier))
 
     with _jobnet_lock.held(client, memo) as lock:
-        return _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix,
+        made = _create_held(client, memo, lock, job_id, name, cname, env, labels, proxy_name, pool, prefix,
                             routes, shard_bound, how)
+    if creds:
+        try:
+            more, made.ca_mounts = _jobcreds.issue(credentials_dir, creds, job_id, str(made.subnet))
+        except OSError as exc:
+            raise JobNetError('Recording the credential placeholders of %s failed: %s. The network %s exists; '
+                              'tear it down (teardown_job_network) and retry.' % (job_id, exc, name))
+        made.env.update(more)
+        made.actions.append('issue the placeholders of %s' % ', '.join(c.name for c in creds))
+    return made
 
 
 def _create_held(client: Any, memo: Dict[Any, Any], lock: _jobnet_lock.Held, job_id: str, name: str, cname: str,

@@ -28,6 +28,13 @@ VERDICTS = (ADMIT, PROXY_STOPPED, PROXY_MISSING, ENGINE_UNAVAILABLE)
 GATEWAY_STOPPED = 'egress-gateway-stopped'
 GATEWAY_MISSING = 'egress-gateway-missing'
 TRANSPARENT_VERDICTS = VERDICTS + (GATEWAY_STOPPED, GATEWAY_MISSING)
+# Only ever given when the caller passes credentials_dir (API 3.2, docs/credentials.md): a declared
+# credential's secret is unusable (the message names it), or the credential interceptor is not running.
+CREDENTIAL_UNAVAILABLE = 'egress-credential-unavailable'
+INTERCEPTOR_MISSING = 'egress-interceptor-missing'
+INTERCEPTOR_STOPPED = 'egress-interceptor-stopped'
+CREDENTIAL_VERDICTS = VERDICTS + (CREDENTIAL_UNAVAILABLE, INTERCEPTOR_MISSING, INTERCEPTOR_STOPPED)
+INTERCEPTOR_NAME = 'pi-dispatch-egress-interceptor'
 
 
 class Verdict(object):
@@ -90,7 +97,8 @@ def _state(container: Any) -> Optional[str]:
 
 def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
               docker_host: Optional[str] = None, mode: str = 'explicit',
-              gateway_name: str = 'pi-dispatch-egress-gateway') -> Verdict:
+              gateway_name: str = 'pi-dispatch-egress-gateway', credentials_dir: Optional[str] = None,
+              interceptor_name: str = INTERCEPTOR_NAME) -> Verdict:
     """The verdict before a job spends anything; one container inspect (two for a transparent job).
 
     ``client`` is a DockerClient, or a zero-argument callable returning one
@@ -104,6 +112,10 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
     ``engine-unavailable`` verdict. ``docker_host`` only names the daemon in that message.
     ``mode='transparent'``: the job's gateway ``gateway_name`` must run too
     (``egress-gateway-missing`` / ``egress-gateway-stopped`` otherwise).
+    ``credentials_dir`` (the deployment folder; docs/credentials.md): when it declares credentials,
+    each secret file must be usable (``egress-credential-unavailable``, naming the credential, never a
+    byte of the secret) and the interceptor ``interceptor_name`` must run
+    (``egress-interceptor-missing`` / ``-stopped``).
     """
     if not enabled:
         return Verdict(ADMIT, False, None, 'The egress policy is off; the daemon was not asked.')
@@ -116,6 +128,8 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
                        'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
                        'job later.' % (dc.describe_host(docker_host), proxy_name, exc))
     verdict = verdict_for_state(_state(container), proxy_name)
+    if verdict.admitted and credentials_dir:
+        verdict = _credentials_verdict(client, credentials_dir, interceptor_name, docker_host)
     if not verdict.admitted or mode != 'transparent':
         return verdict
     try:
@@ -125,6 +139,35 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
                        'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
                        'job later.' % (dc.describe_host(docker_host), gateway_name, exc))
     return gateway_verdict(_state(gateway), gateway_name)
+
+
+def _credentials_verdict(client: Any, credentials_dir: str, interceptor_name: str,
+                         docker_host: Optional[str]) -> Verdict:
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import JobNetError
+    try:
+        creds = _jobcreds.declared(credentials_dir)
+    except JobNetError as exc:
+        return Verdict(CREDENTIAL_UNAVAILABLE, False, None, str(exc))
+    if not creds:
+        return Verdict(ADMIT, False, 'running', 'No credential is declared; the job gets no placeholder.')
+    try:
+        state = _state(get_container(client, interceptor_name))
+    except Exception as exc:
+        return Verdict(ENGINE_UNAVAILABLE, True, None,
+                       'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
+                       'job later.' % (dc.describe_host(docker_host), interceptor_name, exc))
+    if state == 'running':
+        return Verdict(ADMIT, False, state, 'The egress proxy and the credential interceptor %s are running; %d '
+                       'credential(s) declared, each secret usable.' % (interceptor_name, len(creds)))
+    if state is None:
+        return Verdict(INTERCEPTOR_MISSING, False, None,
+                       'The credential interceptor %s does not exist, so the job\'s placeholders would reach '
+                       'nothing. Run playbooks/site.yml (the proxy role runs it when a credential is declared).'
+                       % interceptor_name)
+    return Verdict(INTERCEPTOR_STOPPED, False, state,
+                   'The credential interceptor %s is %s, so the job\'s placeholders would reach nothing. Start it '
+                   '(docker start %s, or playbooks/site.yml).' % (interceptor_name, state, interceptor_name))
 
 
 def lazy_client(docker_host: Optional[str] = None, timeout: int = 60, **options: Any) -> Callable[[], Any]:

@@ -9,9 +9,10 @@ which creates). Re-exported by ``jobnet.py``, the published job-network API (doc
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
@@ -59,12 +60,16 @@ def _configured_on(client: Any, memo: Dict[Any, Any], net_id: str, name: str) ->
 
 
 def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
-                         check_mode: bool = False, gateway_name: str = GATEWAY_NAME) -> Dict[str, Any]:
+                         check_mode: bool = False, gateway_name: str = GATEWAY_NAME,
+                         credentials_dir: Optional[str] = None) -> Dict[str, Any]:
     """Detach the proxy (forced), then remove ``pi-job-<id>-net``.
 
     Refuses, changing nothing, while any container other than the proxy is
     still running on the network: stop and remove the job container first.
     Never removes a container. Returns dict(changed, network, actions).
+
+    With ``credentials_dir`` (the deployment folder), the job's credential placeholders are forgotten
+    too (the interceptor refuses them from then on), also when the network is already gone.
 
     Idempotent: a network that is not there returns changed=False. Raises
     JobNetError (bad job id), EngineError (a container, running or stopped,
@@ -75,7 +80,8 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
     name = network_name(job_id)
     attrs = inspect_job_network(client, name)
     if attrs is None:
-        return dict(changed=False, network=name, actions=[])
+        forgot = _jobcreds.forget(credentials_dir, job_id, check_mode)
+        return dict(changed=bool(forgot), network=name, actions=forgot)
     problem = ownership_problem(attrs, job_id)
     if problem:
         raise EngineError("Network %s is not this job's: %s. Nothing was changed." % (name, problem))
@@ -103,7 +109,7 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
     actions = (['detach %s' % gateway_name] if gateway_on else []) + \
         ['detach %s' % c for c in carriers if proxy_on(attrs, c)] + ['remove %s' % name]
     if check_mode:
-        return dict(changed=True, network=name, actions=actions)
+        return dict(changed=True, network=name, actions=actions + _jobcreds.forget(credentials_dir, job_id, True))
     net_id = attrs['Id']
     detached = []
     if gateway_on:
@@ -130,6 +136,7 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
             % (name, exc, name))
     forget_subnet(memo, subnet_of(attrs))
     done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
+    done += _jobcreds.forget(credentials_dir, job_id)
     shards = [c for c in carriers if c != proxy_name]
     if shards:
         # A shard whose last job network this was goes too (the proxy itself always stays), under the
