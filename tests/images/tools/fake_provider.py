@@ -6,7 +6,8 @@ the CA certificate to <dir>/ca.pem (the interceptor checks the provider against 
 header as received (so a test can assert which credential value reached the provider, and that a refused
 request reached nothing). The answer is 200 with a JSON body echoing the x-api-key and Authorization
 values received and the same values in X-Echo-* headers, so a test can check the interceptor redacts a
-secret the provider sends back. Prints "fake provider ready" once the port accepts.
+secret the provider sends back. ``GET /bytes/<n>`` answers n bytes (at most 64 MiB) and is not recorded
+(benchmarks/credentials.py). Prints "fake provider ready" once the port accepts.
 """
 import argparse
 import json
@@ -44,6 +45,17 @@ def make_handler(log_path):
         def _answer(self):
             length = int(self.headers.get('Content-Length') or 0)
             body = self.rfile.read(length) if length else b''
+            if self.path.startswith('/bytes/'):   # the benchmark's download: N bytes, not recorded
+                size = min(int(self.path.split('/')[2] or 0), 64 * 1024 * 1024)
+                self.send_response(200)
+                self.send_header('Content-Type', 'application/octet-stream')
+                self.send_header('Content-Length', str(size))
+                self.end_headers()
+                chunk = b'x' * 65536
+                while size > 0:
+                    self.wfile.write(chunk[:size])
+                    size -= len(chunk)
+                return
             record = dict(method=self.command, host=self.headers.get('Host', ''), path=self.path,
                           headers=[[k, v] for k, v in self.headers.items()], body=body.decode('latin-1'))
             with LOCK, open(log_path, 'a') as handle:
