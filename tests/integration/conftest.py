@@ -318,6 +318,23 @@ def tcp_reaches(container, host, port, tries=2, wait=2):
     return False
 
 
+def serving(container, port, within=30):
+    """True once something in ``container`` listens on 127.0.0.1:``port``; polled at most 60 times, ``within`` s.
+
+    A refused connect returns at once, so ``tcp_reaches`` alone would spend its tries in well under a second
+    while a server is still starting on a loaded machine; this paces the attempts instead.
+    """
+    deadline = time.monotonic() + within
+    for _attempt in range(60):
+        rc, _out = container.exec_run(['timeout', '4', 'nc', '-z', '-w', '2', '127.0.0.1', str(port)])
+        if rc == 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return False
+
+
 def ip_on(client, container, network):
     """The IPv4 address ``container`` has on ``network``."""
     return client.api.inspect_container(container)['NetworkSettings']['Networks'][network]['IPAddress']

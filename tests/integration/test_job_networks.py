@@ -19,7 +19,7 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
-from conftest import _remove_container, _remove_network, ip_on, tcp_reaches  # noqa: E402
+from conftest import _remove_container, _remove_network, ip_on, serving, tcp_reaches  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
@@ -111,7 +111,7 @@ def test_two_jobs_cannot_reach_each_other(world, scratch):
     ca = scratch.run(world, 'h5-iso-a-%d' % PID, net_a.network, serve)
     cb = scratch.run(world, 'h5-iso-b-%d' % PID, net_b.network, serve)
     ip_b = ip_on(world.client, cb.name, net_b.network)
-    assert tcp_reaches(cb, '127.0.0.1', 80, tries=5, wait=2), 'peer B does not answer itself'
+    assert serving(cb, 80), 'peer B does not answer itself'
     assert tcp_reaches(ca, world.proxy, world.port) and tcp_reaches(cb, world.proxy, world.port)
     assert not tcp_reaches(ca, cb.name, 80, tries=2), 'A reached B by name'
     assert not tcp_reaches(ca, ip_b, 80, tries=2), 'A reached B by address %s' % ip_b

@@ -16,7 +16,7 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
-from conftest import ip_on, tcp_reaches  # noqa: E402
+from conftest import ip_on, serving, tcp_reaches  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files  # noqa: E402
@@ -156,8 +156,8 @@ def test_jobs_cannot_reach_each_other_across_shards(sharded):
     client = sharded['client']
     on_proxy, on_shard = sharded['containers'][0], sharded['containers'][2]
     net_proxy, net_shard = sharded['nets'][0].network, sharded['nets'][2].network
-    assert tcp_reaches(on_proxy, '127.0.0.1', 80, tries=5), 'a job does not serve'
-    assert tcp_reaches(on_shard, '127.0.0.1', 80, tries=5), 'a job does not serve'
+    assert serving(on_proxy, 80), 'a job does not serve'
+    assert serving(on_shard, 80), 'a job does not serve'
     proxy_ip, shard_ip = ip_on(client, on_proxy.name, net_proxy), ip_on(client, on_shard.name, net_shard)
     assert not tcp_reaches(on_shard, proxy_ip, 80), 'the job on the shard reached the other job'
     assert not tcp_reaches(on_proxy, shard_ip, 80), 'the job on the proxy reached the other job'
