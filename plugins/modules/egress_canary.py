@@ -156,6 +156,24 @@ options:
         Unset, the canary proves only that the ports not opted in are dropped.
     type: str
     version_added: 0.5.0
+  credentials_interceptor_name:
+    description:
+      - The credential interceptor's container (docs/credentials.md). Its lines, and the credential canary,
+        run only when I(deploy_dir)'s C(egress-credentials.json) declares a credential. The canary makes a job
+        network C(pi-job-doctor-<pid>-c-net) with the job-network API, sends each credential's placeholder to
+        its bound host, then one placeholder where it does not belong, and searches everything the canary saw
+        for the real secrets on this host (no secret is ever printed).
+    type: str
+    default: pi-dispatch-egress-interceptor
+    version_added: 0.6.0
+  credentials_probe_paths:
+    description:
+      - Credential name -> the URL path its canary probe asks the bound host (default C(/v1/models)). Give a
+        path that answers 200 with a good key and 401 without one (for example C(/user) on a forge API), so the
+        C(credentials.swap) line proves the provider took the secret.
+    type: dict
+    default: {}
+    version_added: 0.6.0
   sweep:
     description:
       - Sweep leftovers of earlier doctor runs before the canary.
@@ -254,6 +272,8 @@ def main():
         firewall_probe=dict(type='bool', default=True),
         gateway_name=dict(type='str'),
         transparent_port=dict(type='str'),
+        credentials_interceptor_name=dict(type='str', default='pi-dispatch-egress-interceptor'),
+        credentials_probe_paths=dict(type='dict', default={}),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     deploy_dir = _deployment.module_layout(module).deploy_dir

@@ -19,6 +19,10 @@ description:
     deployment folder, makes the interceptor's C(--internal) network and runs the interceptor (recreated when its
     image or shape changed), then renders the TLS name check's include (C(egress-credentials.conf)) with that
     network's subnet. A running proxy that already mounts the include rereads it.
+  - Replacing a running interceptor (a rebuilt image, a changed shape, a CA rotation) or removing it drops the
+    connections to bound hosts of every job on the proxy family. While job networks are attached to a running
+    member, that is refused before anything is written, naming them, unless I(allow_cut_jobs) (the proxy's
+    consent rule).
   - Each secret file is checked (root-only, a regular file, one printable line); a problem is reported naming the
     credential and the file, never a byte of the file, and does not stop the run (the preflight refuses a job
     whose secret is unusable).
@@ -58,7 +62,15 @@ options:
         (a provider behind a private CA, or the tests' fake provider). Copied into the deployment folder.
     type: path
   inspect_only:
-    description: Only read and check the declaration (and create it empty when missing); start nothing.
+    description:
+      - Only read and check the declaration (and create it empty when missing); start nothing. C(work) in the
+        result then says whether a full run has anything to do.
+    type: bool
+    default: false
+  allow_cut_jobs:
+    description:
+      - Consent to replace or remove a running interceptor while job networks are attached to the proxy family
+        (their connections to bound hosts drop). Without it such a run is refused and changes nothing.
     type: bool
     default: false
 extends_documentation_fragment:
@@ -105,6 +117,16 @@ secret_problems:
   returned: always
   type: list
   elements: dict
+work:
+  description:
+    - With I(inspect_only), whether a full run has anything to do (a credential declared, or an interceptor or an
+      include to remove). Always false otherwise.
+  returned: always
+  type: bool
+refused:
+  description: Why the run was refused under the consent rule (it then changed nothing).
+  returned: when refused
+  type: str
 '''
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -124,10 +146,11 @@ def main():
         proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
         upstream_ca=dict(type='path'),
         inspect_only=dict(type='bool', default=False),
+        allow_cut_jobs=dict(type='bool', default=False),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
-    result = dict(changed=False, actions=[], declared=[], include=None, ca_cert=None, secret_problems=[])
-    client = None if module.params['inspect_only'] else dc.module_client(module, result)
+    result = dict(changed=False, actions=[], declared=[], include=None, ca_cert=None, secret_problems=[], work=False)
+    client = dc.module_client(module, result)
     run = _apply.CredentialsDeploy(client, module.params, check_mode=module.check_mode)
     try:
         result.update(run.run())

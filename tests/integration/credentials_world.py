@@ -7,6 +7,7 @@ a fake provider; the interceptor, a direct client on its network and a job clien
 Nothing leaves the machine: every name is a ``.test`` alias on an ``--internal`` network.
 """
 
+import hashlib
 import json
 import os
 import secrets
@@ -208,7 +209,8 @@ def build(client, folder):
     try:
         up_subnet, _job_subnet = _network(client, UP), _network(client, JOBNET)
         provider = api.create_container(
-            TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_provider.py'] + sum([['--name', n] for n in NAMES], []),
+            TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_provider.py'] + sum([['--name', n] for n in NAMES], []) +
+            sum([['--require-key', hashlib.sha256(v.encode()).hexdigest()] for v in w.secret.values()], []),
             name=PROVIDER, detach=True, labels=LABEL, host_config=api.create_host_config(network_mode=UP),
             networking_config=api.create_networking_config({UP: api.create_endpoint_config(aliases=NAMES)}))
         api.start(provider['Id'])

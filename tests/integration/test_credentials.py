@@ -299,3 +299,150 @@ def test_an_unusable_secret_refuses_the_job_before_anything_is_made(world):
                                                                               + SUFFIX.replace('-', ''))) is None
     finally:
         os.chmod(path, 0o600)
+
+
+# --- the doctor: its credential canary through the whole chain -------------------------------------------------
+
+def _doctor_lines(world, tmp_path, name):
+    """doctor.yml with -vvv on the world (every probe on .test names); (output, id -> [lines], report text)."""
+    import subprocess
+    from conftest import ROOT, ansible_env
+    json_path = tmp_path / ('%s.jsonl' % name)
+    extra = {
+        'egress_proxy_name': PROXY, 'egress_deploy_dir': world.deploy_dir, 'egress_decision_log_dir': world.log_dir,
+        'egress_credentials_interceptor_name': INTERCEPTOR, 'doctor_probe_image': TOOLS_IMAGE,
+        'doctor_provider_host': 'api.provider.test', 'doctor_deny_host': 'unlisted.provider.test',
+        'doctor_listed_host': 'api.provider.test', 'doctor_probe_timeout': 5, 'doctor_isolation': False,
+        'doctor_firewall': False, 'doctor_fail_on_fail': False, 'doctor_json_path': str(json_path),
+    }
+    proc = subprocess.run(['ansible-playbook', '-vvv', '-i', 'localhost,', '-c', 'local',
+                           os.path.join(ROOT, 'playbooks', 'doctor.yml'), '-e', json.dumps(extra)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, env=ansible_env(), cwd=ROOT,
+                          check=False)
+    out = proc.stdout.decode('utf-8', 'replace')
+    assert proc.returncode == 0, out[-5000:]
+    assert json_path.exists(), out[-4000:]
+    text = json_path.read_text()
+    by_id = {}
+    for line in (json.loads(t) for t in text.splitlines() if t.strip()):
+        by_id.setdefault(line['id'], []).append(line)
+    return out, by_id, text
+
+
+def test_the_doctor_proves_the_swap_and_the_refusal_and_never_holds_a_secret(world, tmp_path):
+    """doctor.yml: the interceptor runs; each placeholder is swapped (the provider, which refuses any other key on
+    /v1/models, answered 200 and recorded the real key); the anthropic placeholder sent in other.provider.test's
+    header is refused; the canary never saw a secret; no output holds one; the canary's objects are gone."""
+    before = len(world.provider_saw())
+    out, by_id, text = _doctor_lines(world, tmp_path, 'credentials')
+    credential_lines = dict((k, v) for k, v in by_id.items() if k.startswith('credentials.'))
+    assert sorted(credential_lines) == ['credentials.elsewhere', 'credentials.interceptor',
+                                        'credentials.secret_unseen', 'credentials.swap'], credential_lines
+    assert all(line['status'] == 'ok' for lines in credential_lines.values() for line in lines), credential_lines
+    swaps = by_id['credentials.swap']
+    assert len(swaps) == 2 and all('answered HTTP 200' in line['message'] for line in swaps), swaps
+    assert 'in the header of other.provider.test' in by_id['credentials.elsewhere'][0]['message']
+    assert '2 secrets searched for' in by_id['credentials.secret_unseen'][0]['message']
+    # The fake provider received the real secrets from the canary, and nothing from the misplaced placeholder.
+    seen = world.provider_saw()[before:]
+    models = [r for r in seen if r['path'] == '/v1/models']
+    keys = [v for r in models for k, v in r['headers'] if k.lower() in ('x-api-key', 'authorization')]
+    assert world.secret['anthropic'] in keys and 'Bearer ' + world.secret['other'] in keys, keys
+    assert not [v for v in keys if 'pi-placeholder-' in v], 'a placeholder reached the provider: %r' % keys
+    assert len(models) == 2, [(r['host'], r['path']) for r in seen]
+    # No secret in the doctor's -vvv output, its JSON lines, the interceptor's or the proxy's log.
+    logs = world.client.api.logs(INTERCEPTOR).decode('utf-8', 'replace')
+    proxy_logs = world.client.api.logs(PROXY).decode('utf-8', 'replace')
+    for name, value in world.secret.items():
+        for where, body in (('doctor -vvv output', out), ('doctor JSON lines', text), ('interceptor log', logs),
+                            ('proxy log', proxy_logs)):
+            assert value not in body, 'the secret %s appears in the %s' % (name, where)
+    assert '"reason": "placeholder-elsewhere"' in logs and '"job": "doctor-' in logs
+    # Its job network is gone and its placeholders forgotten.
+    assert not world.client.api.networks(filters={'name': 'pi-job-doctor-'})
+    assert not [n for n in os.listdir(world.jobs_dir) if n.startswith('doctor-')]
+
+
+def test_the_doctor_says_when_the_provider_refuses_the_secret(world):
+    """A wrong key in the secret file: the swap still happens, the provider answers 401, the line is a ✗ naming
+    the file (the credential check alone, as doctor.yml runs it, on the same world)."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import context as _context
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import credentials as _dcred
+    good = world.secret['anthropic']
+    wrong = 'sk-ant-WRONG-' + secrets.token_hex(20)
+    world.write_secret('anthropic', wrong)
+    try:
+        ctx = _context.DoctorContext(client=world.client, proxy=PROXY, deploy_dir=world.deploy_dir,
+                                     probe_image=TOOLS_IMAGE, pid=os.getpid(), environ={}, probe_timeout=5,
+                                     credentials_interceptor=INTERCEPTOR)
+        ctx.attrs = world.client.api.inspect_container(PROXY)
+        lines = _dcred.CredentialsCheck().lines(ctx)
+    finally:
+        world.write_secret('anthropic', good)
+    by_id = dict((line.id, line) for line in lines if line.id != 'credentials.swap')
+    rejected = by_id['credentials.swap_rejected']
+    assert rejected.status == 'fail' and 'anthropic' in rejected.message and 'HTTP 401' in rejected.message
+    assert os.path.join(world.secret_dir, 'anthropic') in rejected.message
+    assert by_id['credentials.secret_unseen'].status == 'ok'
+    for line in lines:
+        assert wrong not in repr(line) and good not in repr(line)
+    assert [line.id for line in lines].count('credentials.swap') == 1  # the other credential still swaps
+
+
+def test_replacing_the_interceptor_under_a_job_needs_consent(world):
+    """A job network on the proxy: a run that would recreate the interceptor (here: its upstream CA dropped) is
+    refused before anything is written, naming the job network; with allow_cut_jobs (in check mode) it would go."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import credentials_apply as _apply
+    client = world.client
+    job_id = 'cred-consent' + SUFFIX.replace('-', '')
+    jn = _jobnet.create_job_network(client, job_id, proxy_name=PROXY, routes=[], shard_bound=0)
+    started = client.api.inspect_container(INTERCEPTOR)['State']['StartedAt']
+    params = dict(deploy_dir=world.deploy_dir, name=INTERCEPTOR, image=INTERCEPTOR_IMAGE, network=_world.NET,
+                  proxy_name=PROXY, upstream_ca=None, inspect_only=False, allow_cut_jobs=False)
+    config = os.path.join(world.deploy_dir, 'credentials', 'conf')
+    before = dict((n, os.stat(os.path.join(config, n)).st_mtime_ns) for n in os.listdir(config))
+    try:
+        with pytest.raises(_apply.CredentialsDeployError) as refused:
+            _apply.CredentialsDeploy(client, params).run()
+        message = str(refused.value)
+        assert message.startswith('Refused, nothing changed: the replacement of %s' % INTERCEPTOR), message
+        assert jn.network in message and 'egress_proxy_allow_cut_jobs' in message
+        assert client.api.inspect_container(INTERCEPTOR)['State']['StartedAt'] == started
+        assert dict((n, os.stat(os.path.join(config, n)).st_mtime_ns) for n in os.listdir(config)) == before
+        consented = _apply.CredentialsDeploy(client, dict(params, allow_cut_jobs=True), check_mode=True).run()
+        assert [a for a in consented['actions'] if a.startswith('recreate %s' % INTERCEPTOR)], consented['actions']
+        assert client.api.inspect_container(INTERCEPTOR)['State']['StartedAt'] == started  # check mode
+    finally:
+        _jobnet.teardown_job_network(client, job_id, proxy_name=PROXY)
+
+
+def test_a_job_on_a_proxy_shard_gets_the_swap(world):
+    """Shard bound 1: the second job network goes to a new shard, a clone of the proxy on the credentials network
+    with the include mounted; the job there reaches the bound host with its placeholder swapped."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
+    client = world.client
+    jobs = ['cred-shard-a' + SUFFIX.replace('-', ''), 'cred-shard-b' + SUFFIX.replace('-', '')]
+    made = []
+    try:
+        for job_id in jobs:
+            made.append(_jobnet.create_job_network(client, job_id, proxy_name=PROXY, routes=[],
+                                                   credentials_dir=world.deploy_dir, shard_bound=1))
+        on_shard = made[1]
+        shard = [n for n in client.api.inspect_network(on_shard.network)['Containers'].values()
+                 if n['Name'] != PROXY]
+        assert shard and shard[0]['Name'].startswith(PROXY + '-shard-'), shard
+        marker = uuid.uuid4().hex
+        out = client.containers.run(
+            TOOLS_IMAGE, ['python3', '-c', JOB_SCRIPT, '/v1/messages?m=' + marker], name=on_shard.container,
+            network=on_shard.network, environment=on_shard.env, labels=LABEL, remove=True,
+            volumes=dict((src, {'bind': dst, 'mode': 'ro'}) for src, dst in on_shard.ca_mounts.items()))
+        answer = json.loads(out.decode().strip().splitlines()[-1])
+        assert answer['status'] == 200, answer
+        seen = world.saw_marker(marker)
+        assert ['x-api-key', world.secret['anthropic']] in [[k.lower(), v] for k, v in seen[0]['headers']]
+    finally:
+        for job_id in reversed(jobs[:len(made)]):
+            _jobnet.teardown_job_network(client, job_id, proxy_name=PROXY, credentials_dir=world.deploy_dir)
+    assert not [c for c in client.api.containers(all=True, filters={'name': PROXY + '-shard-'})], \
+        'the empty shard was not removed'

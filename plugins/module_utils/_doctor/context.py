@@ -58,6 +58,8 @@ class DoctorContext:
     decision_log_dir: str = ''
     gateway: Optional[str] = None           # the transparent gateway (none: no transparent check)
     transparent_port: Optional[str] = None  # host:port the transparent canary opts in and must reach
+    credentials_interceptor: str = ''       # the credential interceptor (credentials.py; '' its default name)
+    credentials_probe_paths: Dict[str, str] = dataclasses.field(default_factory=dict)  # credential -> path
 
     # --- what the run did (the module reports them) ----------------------------------------------
     actions: List[str] = dataclasses.field(default_factory=list)
@@ -100,6 +102,8 @@ class DoctorContext:
             firewall=options.firewall,
             gateway=getattr(options, 'gateway', None) or None,
             transparent_port=getattr(options, 'transparent_port', None) or None,
+            credentials_interceptor=getattr(options, 'credentials_interceptor', None) or '',
+            credentials_probe_paths=dict(getattr(options, 'credentials_probe_paths', None) or {}),
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',
                                                                       _decisions.DEFAULT_FOLDER),
         )

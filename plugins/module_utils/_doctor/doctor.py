@@ -19,7 +19,8 @@ runs the checks, each a :class:`_doctor.context.Check` with one method,
   proxy and every running shard, with ``isolation.IsolationCheck`` beside them
   (its lines in ``ctx.isolation_lines``);
 * ``overlay.OverlayCheck``, ``decisions.DecisionsCheck``, the isolation lines,
-  ``firewall.FirewallCheck``, then the sweep's lines.
+  ``firewall.FirewallCheck``, ``transparent.TransparentCheck``, ``credentials.CredentialsCheck``
+  (only when a credential is declared), then the sweep's lines.
 
 The line catalogue is ``lines.py`` (:data:`LINES`, which ``docs/doctor.md`` is
 checked against); the names of the doctor's objects are ``names.py``; the
@@ -46,6 +47,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import parse_pool
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.canary import CanaryCheck, ProbeImageCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.credentials import (
+    CredentialsCheck, check_probe_paths)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.decisions import DecisionsCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.firewall import FirewallCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import IsolationCheck
@@ -115,7 +118,9 @@ class DoctorOptions(object):
     probes run when ``probe_image`` is not on the daemon (the collection's own probe image, built
     locally by the doctor role), said in the ``canary.probe_image`` line. ``gateway``: the transparent
     gateway, whose check and canary run only when it is given (``transparent.py``); ``transparent_port``:
-    ``host:port`` that canary opts in and must reach.
+    ``host:port`` that canary opts in and must reach. ``credentials_interceptor``: the credential
+    interceptor's container (``credentials.py``; its lines run when the deployment folder declares a
+    credential); ``credentials_probe_paths``: credential name -> the path its canary probe asks the bound host.
     """
 
     def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
@@ -128,8 +133,12 @@ class DoctorOptions(object):
                  job_prefix: int = _jobpool.DEFAULT_PREFIX, squid_candidate: bool = True, sweep: bool = True,
                  firewall: Optional[Dict[str, Any]] = None,
                  fallback_probe_image: Optional[str] = None, decision_log_dir: Optional[str] = None,
-                 gateway: Optional[str] = None, transparent_port: Optional[str] = None) -> None:
+                 gateway: Optional[str] = None, transparent_port: Optional[str] = None,
+                 credentials_interceptor: Optional[str] = None,
+                 credentials_probe_paths: Optional[Dict[str, str]] = None) -> None:
         self.proxy = proxy
+        self.credentials_interceptor = credentials_interceptor
+        self.credentials_probe_paths = credentials_probe_paths
         self.gateway = gateway
         self.transparent_port = transparent_port
         self.decision_log_dir = decision_log_dir
@@ -163,7 +172,8 @@ def default_checks() -> Dict[str, Check]:
     return dict(probe_image=ProbeImageCheck(), proxy=ProxyCheck(), shards=ShardsCheck(), rules=RulesCheck(),
                 sweep=SweepCheck(), guard=GuardCheck(), include=IncludeCheck(), squid=SquidCheck(),
                 canary=CanaryCheck(isolation), isolation=isolation, overlay=OverlayCheck(),
-                decisions=DecisionsCheck(), firewall=FirewallCheck(), transparent=TransparentCheck())
+                decisions=DecisionsCheck(), firewall=FirewallCheck(), transparent=TransparentCheck(),
+                credentials=CredentialsCheck())
 
 
 class _Background(object):
@@ -227,6 +237,8 @@ class Doctor(object):
         lines.extend(checks['firewall'].lines(ctx))
         if 'transparent' in checks:
             lines.extend(checks['transparent'].lines(ctx))
+        if 'credentials' in checks:
+            lines.extend(checks['credentials'].lines(ctx))
         lines.extend(leftovers)
         ctx.timings['total'] = time.monotonic() - started
         return lines
@@ -250,6 +262,7 @@ def check_canary_options(params: dict[str, Any]) -> None:
             raise ValueError('transparent_port %r is not host:port; give e.g. github.com:22' % (port,))
         if int(number) in (53, 80, 443):
             raise ValueError('transparent_port %r is the gateway\'s own port; give an opt-in port such as 22' % port)
+    check_probe_paths(params.get('credentials_probe_paths'))
 
 
 def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = False) -> DoctorOptions:
@@ -263,7 +276,9 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
         firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
         fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'],
-        gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'))
+        gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'),
+        credentials_interceptor=p.get('credentials_interceptor_name'),
+        credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')))
 
 
 def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -> dict[str, Any]:

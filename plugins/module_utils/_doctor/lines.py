@@ -27,6 +27,7 @@ GROUPS = (
     ('isolation', 'Job networks'),
     ('firewall', 'Host firewall layer'),
     ('transparent', 'Transparent job networks'),
+    ('credentials', 'Credential placeholders'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
 )
 
@@ -327,6 +328,53 @@ LINES = [
      'Transparent canary probe <probe> did not run (the probe printed no result for it)'),
     ('transparent.setup', 'transparent', 'notrun',
      'Transparent canary could not be set up (<why>), so no probe ran'),
+    # Credential placeholders (_doctor/credentials.py): only when egress-credentials.json declares one.
+    ('credentials.declaration_refused', 'credentials', 'fail',
+     'Credential declaration refused, so every job is refused before it starts: <why>'),
+    ('credentials.interceptor', 'credentials', 'ok',
+     'Credential interceptor running (<interceptor>), <count> credentials bound: <name> on <host>, ...'),
+    ('credentials.interceptor_missing', 'credentials', 'fail',
+     'Credential interceptor missing: there is no container <interceptor>, so every request to a bound host is cut'),
+    ('credentials.interceptor_stopped', 'credentials', 'fail',
+     'Credential interceptor stopped (<interceptor> is <state>), so every request to a bound host is cut'),
+    ('credentials.interceptor_unread', 'credentials', 'warn',
+     'Credential interceptor <interceptor> could not be inspected (<why>)'),
+    ('credentials.secret_unusable', 'credentials', 'fail',
+     'Credential <name> cannot be used, so every job is refused before it starts: <problem>'),
+    ('credentials.swap', 'credentials', 'ok',
+     'Credential <name> swapped on <host>: the canary job sent only its placeholder and https://<host><path> '
+     'answered HTTP <code> (a key the provider refuses gets 401)'),
+    ('credentials.swap_rejected', 'credentials', 'fail',
+     'Credential <name>: https://<host><path> answered HTTP <code> to the request the interceptor completed with '
+     'the secret from <file>, so the provider does not take that secret'),
+    ('credentials.swap_refused', 'credentials', 'fail',
+     'Credential <name>: the interceptor refused the canary job\'s placeholder on https://<host><path> (<reason>), '
+     'so no job gets the secret through'),
+    ('credentials.swap_unreached', 'credentials', 'warn',
+     'Credential <name>: the canary job did not reach https://<host><path> through the proxy and the interceptor '
+     '(curl exit <n>, CONNECT answered <code>)'),
+    ('credentials.swap_unproven', 'credentials', 'warn',
+     'Credential <name>: https://<host><path> answered HTTP <code> to the canary job\'s request, which proves the '
+     'chain but not that the provider takes the secret'),
+    ('credentials.elsewhere', 'credentials', 'ok',
+     'Credential <name>\'s placeholder sent in the header of <other bound host> (or, with one bound host, in the '
+     'URL of its own) is refused by the interceptor (placeholder-elsewhere, HTTP 403) and reaches nothing'),
+    ('credentials.elsewhere_passed', 'credentials', 'fail',
+     'Credential <name>: the placeholder sent in the header (or URL) of <host> was not refused as misplaced '
+     '(HTTP <code>, <what answered>)'),
+    ('credentials.elsewhere_unreached', 'credentials', 'warn',
+     'Credential <name>: the placeholder sent in the header (or URL) of <host> got no answer (curl exit <n>, '
+     'CONNECT answered <code>), so its refusal is not proven'),
+    ('credentials.secret_unseen', 'credentials', 'ok',
+     'The canary job never saw a real secret: its environment held placeholders only, and what <hosts> answered '
+     'reached it without one (<count> secrets searched for, on the host)'),
+    ('credentials.secret_seen', 'credentials', 'fail',
+     'The canary job saw the real secret of <name> (in its environment or an answer it got), so a job can read it '
+     'and send it anywhere its allowlist reaches'),
+    ('credentials.notrun', 'credentials', 'notrun',
+     'Credential canary probe for <name> did not run (the probe printed no result for it)'),
+    ('credentials.setup', 'credentials', 'notrun',
+     'Credential canary could not be set up (<why>), so no probe ran'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),

@@ -31,6 +31,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import interceptor as _interceptor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
 
 FOLDER = 'credentials'
@@ -125,7 +126,7 @@ class CredentialsDeploy(object):
         self.actions: List[str] = []
         self.warnings: List[str] = []
         self.result: Dict[str, Any] = dict(changed=False, actions=self.actions, declared=[], include=None,
-                                           ca_cert=None, secret_problems=[])
+                                           ca_cert=None, secret_problems=[], work=False)
 
     def _declaration(self) -> List[_credentials.Credential]:
         p = self.paths
@@ -166,27 +167,67 @@ class CredentialsDeploy(object):
         config = ((net.attrs.get('IPAM') or {}).get('Config') or [{}])[0]
         return config.get('Subnet')
 
-    def _interceptor(self, creds: List[_credentials.Credential]) -> None:
+    def _kwargs(self, creds: List[_credentials.Credential]) -> Dict[str, Any]:
         p, params = self.paths, self.params
-        kwargs = _interceptor.container_kwargs(
+        return _interceptor.container_kwargs(
             params['image'], p['conf'], p['jobs'], p['ca'], [c.secret_file for c in creds],
             upstream='http://%s:%d' % (params['proxy_name'], _interceptor.RETURN_PORT), name=params['name'],
             network=params['network'], upstream_ca=bool(params.get('upstream_ca')))
+
+    def _image_id(self) -> str:
         try:
-            image_id = self.client.api.inspect_image(params['image'])['Id']
+            return self.client.api.inspect_image(self.params['image'])['Id']
         except Exception as exc:
             raise CredentialsDeployError('The interceptor image %s is not on the daemon (%s). Build it first (the '
                                          'proxy role does when a credential is declared). Nothing was started.'
-                                         % (params['image'], dc.api_message(exc)))
+                                         % (self.params['image'], dc.api_message(exc)))
+
+    def _diffs(self, creds: List[_credentials.Credential], attrs: Dict[str, Any]) -> List[str]:
+        """Why the existing interceptor (``attrs``) must be recreated; empty: it is the wanted one."""
+        if (attrs['Config'].get('Labels') or {}).get(_interceptor.LABEL_ROLE) != _interceptor.ROLE:
+            raise CredentialsDeployError('A container named %s exists and is not a pi-dispatch credential '
+                                         'interceptor. Rename or remove it.' % self.params['name'])
+        diffs = differences(self._kwargs(creds), attrs, self._image_id())
+        if not os.path.exists(self.paths['ca_cert']):
+            # The documented CA rotation: the folder was emptied; a new interceptor makes a new CA.
+            diffs.append('no CA certificate in %s (a new CA is made)' % self.paths['ca'])
+        return diffs
+
+    def _consent(self, creds: List[_credentials.Credential]) -> None:
+        """Refuse, before anything is written, to replace or remove a running interceptor while job networks are
+        attached to the proxy family (their connections to bound hosts drop), unless ``allow_cut_jobs``."""
+        name = self.params['name']
+        attrs = _inspect(self.client, name)
+        if attrs is None or not (attrs.get('State') or {}).get('Running') or self.params.get('allow_cut_jobs'):
+            return
+        if creds:
+            diffs = self._diffs(creds, attrs)
+            if not diffs:
+                return
+            step = 'replacement of %s (%s)' % (name, '; '.join(diffs))
+        else:
+            if (attrs['Config'].get('Labels') or {}).get(_interceptor.LABEL_ROLE) != _interceptor.ROLE:
+                return  # not ours: _remove_interceptor refuses it by name
+            step = 'removal of %s (no credential declared)' % name
+        family = [m for m in _shards.members(self.client, self.params['proxy_name']) if m.running and m.load]
+        cut = sum(m.load for m in family)
+        if not cut:
+            return
+        message = ('Refused, nothing changed: the %s would cut the connections to bound hosts of the %d job network%s '
+                   'attached to %s (%s). Set egress_proxy_allow_cut_jobs (allow_cut_jobs) to consent '
+                   '(egress_upgrade_allow_cut_jobs for upgrade.yml), or wait until they end.'
+                   % (step, cut, '' if cut == 1 else 's', ', '.join(m.name for m in family),
+                      ', '.join(n for m in family for n in m.job_networks)))
+        self.result['refused'] = message
+        raise CredentialsDeployError(message)
+
+    def _interceptor(self, creds: List[_credentials.Credential]) -> None:
+        params = self.params
+        kwargs = self._kwargs(creds)
+        self._image_id()
         attrs = _inspect(self.client, params['name'])
         if attrs is not None:
-            if (attrs['Config'].get('Labels') or {}).get(_interceptor.LABEL_ROLE) != _interceptor.ROLE:
-                raise CredentialsDeployError('A container named %s exists and is not a pi-dispatch credential '
-                                             'interceptor. Rename or remove it.' % params['name'])
-            diffs = differences(kwargs, attrs, image_id)
-            if not os.path.exists(p['ca_cert']):
-                # The documented CA rotation: the folder was emptied; a new interceptor makes a new CA.
-                diffs.append('no CA certificate in %s (a new CA is made)' % p['ca'])
+            diffs = self._diffs(creds, attrs)
             if diffs:
                 self.actions.append('recreate %s (%s)' % (params['name'], '; '.join(diffs)))
                 if not self.check_mode:
@@ -237,7 +278,11 @@ class CredentialsDeploy(object):
         self.result['declared'] = [dict(name=c.name, host=c.host, port=c.port, env=c.env, scheme=c.scheme,
                                         header=c.header) for c in creds]
         if self.params.get('inspect_only'):
+            # Whether the run that follows has anything to do: something declared, or something to remove.
+            self.result['work'] = bool(creds) or os.path.exists(p['include']) or (
+                self.client is not None and _inspect(self.client, self.params['name']) is not None)
             return self._done()
+        self._consent(creds)
         if not creds:
             self._remove_interceptor()
             if os.path.exists(p['include']):

@@ -6,10 +6,15 @@ the CA certificate to <dir>/ca.pem (the interceptor checks the provider against 
 header as received (so a test can assert which credential value reached the provider, and that a refused
 request reached nothing). The answer is 200 with a JSON body echoing the x-api-key and Authorization
 values received and the same values in X-Echo-* headers, so a test can check the interceptor redacts a
-secret the provider sends back. ``GET /bytes/<n>`` answers n bytes (at most 64 MiB) and is not recorded
-(benchmarks/credentials.py). Prints "fake provider ready" once the port accepts.
+secret the provider sends back. With ``--require-key <sha256>`` (repeatable), ``/v1/models`` answers 401
+unless the key it received (x-api-key, the Bearer token, or the basic password) hashes to one of them, as a
+real provider refuses a wrong key (the doctor's credential canary). ``GET /bytes/<n>`` answers n bytes (at
+most 64 MiB) and is not recorded (benchmarks/credentials.py). Prints "fake provider ready" once the port accepts.
 """
 import argparse
+import base64
+import binascii
+import hashlib
 import json
 import os
 import ssl
@@ -37,7 +42,22 @@ def make_certs(folder, names):
     return cert, key
 
 
-def make_handler(log_path):
+def received_keys(headers):
+    """Every key value the request carries: x-api-key, a Bearer token, a basic password."""
+    keys = [headers.get('x-api-key') or '']
+    auth = headers.get('Authorization') or ''
+    scheme, _sep, value = auth.partition(' ')
+    if scheme.lower() == 'bearer':
+        keys.append(value.strip())
+    elif scheme.lower() == 'basic':
+        try:
+            keys.append(base64.b64decode(value.strip()).decode('latin-1').partition(':')[2])
+        except (binascii.Error, ValueError):
+            pass
+    return [k for k in keys if k]
+
+
+def make_handler(log_path, required=()):
     class Handler(BaseHTTPRequestHandler):
         server_version = 'fake-provider/1'
         protocol_version = 'HTTP/1.1'
@@ -60,6 +80,15 @@ def make_handler(log_path):
                           headers=[[k, v] for k, v in self.headers.items()], body=body.decode('latin-1'))
             with LOCK, open(log_path, 'a') as handle:
                 handle.write(json.dumps(record) + '\n')
+            if required and self.path.split('?')[0] == '/v1/models' and not any(
+                    hashlib.sha256(k.encode('latin-1')).hexdigest() in required for k in received_keys(self.headers)):
+                data = b'{"error": "invalid x-api-key"}'
+                self.send_response(401)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             echo = {'x-api-key': self.headers.get('x-api-key', ''),
                     'authorization': self.headers.get('Authorization', ''), 'host': self.headers.get('Host', '')}
             data = json.dumps({'echo': echo}).encode()
@@ -82,10 +111,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--name', action='append', required=True)
     parser.add_argument('--dir', default='/tmp/fake-provider')
+    parser.add_argument('--require-key', action='append', default=[], help='sha256 of a key /v1/models accepts')
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     cert, key = make_certs(args.dir, args.name)
-    server = ThreadingHTTPServer(('0.0.0.0', 443), make_handler(os.path.join(args.dir, 'requests.jsonl')))
+    handler = make_handler(os.path.join(args.dir, 'requests.jsonl'), frozenset(args.require_key))
+    server = ThreadingHTTPServer(('0.0.0.0', 443), handler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)

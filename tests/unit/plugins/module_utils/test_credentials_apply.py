@@ -6,6 +6,8 @@ import stat
 
 import pytest
 
+docker = pytest.importorskip('docker')
+
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import credentials_apply as _apply
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import interceptor as _interceptor
@@ -359,3 +361,112 @@ def test_run_inspect_only_does_not_check_secrets(deploy):
     result = _apply.CredentialsDeploy(None, params(deploy)).run()
     assert [d['name'] for d in result['declared']] == ['forge']
     assert result['secret_problems'] == []
+
+
+# --- the consent rule and inspect_only's "work" (a fake engine: inspects and a shard listing) -----------------
+
+class _API(object):
+    def __init__(self, containers, image_id='sha256:new'):
+        self.containers_by_name = containers
+        self.image_id = image_id
+        self.removed = []
+
+    def inspect_container(self, name):
+        if name not in self.containers_by_name:
+            raise docker.errors.NotFound('No such container: %s' % name)
+        return self.containers_by_name[name]
+
+    def inspect_image(self, name):
+        return {'Id': self.image_id}
+
+    def containers(self, **_kwargs):
+        return []
+
+    def remove_container(self, name, force=False):
+        self.removed.append(name)
+
+
+class _Client(object):
+    def __init__(self, containers, image_id='sha256:new'):
+        self.api = _API(containers, image_id)
+
+
+def _interceptor_attrs(running=True, image='sha256:old', ours=True):
+    labels = {_interceptor.LABEL_ROLE: _interceptor.ROLE} if ours else {}
+    return {'Name': '/' + _interceptor.INTERCEPTOR_NAME, 'Image': image, 'Mounts': [],
+            'Config': {'Labels': labels, 'Env': []},
+            'State': {'Running': running, 'Status': 'running' if running else 'exited'}}
+
+
+def _proxy_attrs(job_networks, running=True):
+    nets = dict((n, {}) for n in ['pi-dispatch-egress-out'] + list(job_networks))
+    return {'Name': '/pi-dispatch-egress-proxy', 'Config': {'Labels': {}},
+            'State': {'Running': running, 'Status': 'running' if running else 'exited'},
+            'NetworkSettings': {'Networks': nets}}
+
+
+CONSENT_CASES = [
+    # id, declared, interceptor, proxy job networks, allow, refused?
+    ('replace-under-jobs', True, _interceptor_attrs(), ['pi-job-a-net', 'pi-job-b-net'], False, True),
+    ('replace-under-jobs-consented', True, _interceptor_attrs(), ['pi-job-a-net'], True, False),
+    ('replace-no-jobs', True, _interceptor_attrs(), [], False, False),
+    ('replace-stopped-interceptor', True, _interceptor_attrs(running=False), ['pi-job-a-net'], False, False),
+    ('no-interceptor', True, None, ['pi-job-a-net'], False, False),
+    ('remove-under-jobs', False, _interceptor_attrs(), ['pi-job-a-net'], False, True),
+    ('remove-under-jobs-consented', False, _interceptor_attrs(), ['pi-job-a-net'], True, False),
+    ('remove-not-ours', False, _interceptor_attrs(ours=False), ['pi-job-a-net'], False, False),
+    ('proxy-stopped', True, _interceptor_attrs(), ['pi-job-a-net'], False, False),
+]
+
+
+@pytest.mark.parametrize('name,declared,interceptor,jobs,allow,refused', CONSENT_CASES,
+                         ids=[c[0] for c in CONSENT_CASES])
+def test_consent_rule(deploy, name, declared, interceptor, jobs, allow, refused):
+    if declared:
+        declare(deploy, anthropic(deploy))
+    else:
+        declare(deploy)
+    containers = {'pi-dispatch-egress-proxy': _proxy_attrs(jobs, running=name != 'proxy-stopped')}
+    if interceptor is not None:
+        containers[_interceptor.INTERCEPTOR_NAME] = interceptor
+    run = _apply.CredentialsDeploy(_Client(containers), params(deploy, inspect_only=False, allow_cut_jobs=allow))
+    before = sorted(os.listdir(str(deploy)))
+    if refused:
+        with pytest.raises(_apply.CredentialsDeployError) as info:
+            run._consent(run._declaration())
+        message = str(info.value)
+        assert message.startswith('Refused, nothing changed:') and 'egress_proxy_allow_cut_jobs' in message
+        assert all(job in message for job in jobs) and 'pi-dispatch-egress-proxy' in message
+        assert ('removal of' if not declared else 'replacement of') in message
+        assert run.result['refused'] == message
+        assert SECRET not in message
+    else:
+        run._consent(run._declaration())
+        assert 'refused' not in run.result
+    assert sorted(os.listdir(str(deploy))) == before  # the consent is asked before anything is written
+
+
+def test_a_refused_run_writes_nothing(deploy):
+    declare(deploy, anthropic(deploy))
+    containers = {'pi-dispatch-egress-proxy': _proxy_attrs(['pi-job-a-net']),
+                  _interceptor.INTERCEPTOR_NAME: _interceptor_attrs()}
+    client = _Client(containers)
+    with pytest.raises(_apply.CredentialsDeployError):
+        _apply.CredentialsDeploy(client, params(deploy, inspect_only=False)).run()
+    assert not os.path.exists(str(deploy / 'credentials')) and client.api.removed == []
+
+
+@pytest.mark.parametrize('declared,interceptor,include,work', [
+    (False, False, False, False),
+    (True, False, False, True),
+    (False, True, False, True),
+    (False, False, True, True),
+], ids=['nothing', 'declared', 'interceptor-left', 'include-left'])
+def test_inspect_only_says_whether_there_is_work(deploy, declared, interceptor, include, work):
+    declare(deploy, *([anthropic(deploy)] if declared else []))
+    if include:
+        (deploy / 'egress-credentials.conf').write_text('# include\n')
+    containers = {_interceptor.INTERCEPTOR_NAME: _interceptor_attrs()} if interceptor else {}
+    result = _apply.CredentialsDeploy(_Client(containers), params(deploy)).run()
+    assert result['work'] is work
+    assert _apply.CredentialsDeploy(None, params(deploy)).run()['work'] is (declared or include)

@@ -18,7 +18,7 @@ RUNNING = {'State': {'Running': True}}
 STOPPED = {'State': {'Running': False, 'Status': 'exited'}}
 # The report order of a running proxy, one line per check (the isolation line comes from the canary).
 REPORT = ['probe_image', 'proxy', 'shards', 'rules', 'guard', 'include', 'squid', 'canary', 'overlay', 'decisions',
-          'isolation', 'firewall', 'sweep']
+          'isolation', 'firewall', 'transparent', 'credentials', 'sweep']
 
 
 class Recorder(object):
@@ -55,7 +55,7 @@ def fakes(recorder, attrs=RUNNING_PROXY, **effects):
     effects.setdefault('proxy', set_attrs)
     effects.setdefault('canary', set_isolation)
     names = ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'squid', 'canary', 'isolation',
-             'overlay', 'decisions', 'firewall']
+             'overlay', 'decisions', 'firewall', 'transparent', 'credentials']
     return dict((name, Fake(name, recorder, effects.get(name))) for name in names)
 
 
@@ -67,7 +67,8 @@ def doctor(checks):
 def test_the_default_checks_are_every_group():
     checks = _doctor.default_checks()
     assert sorted(checks) == sorted(['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'squid',
-                                     'canary', 'isolation', 'overlay', 'decisions', 'firewall', 'transparent'])
+                                     'canary', 'isolation', 'overlay', 'decisions', 'firewall', 'transparent',
+                                     'credentials'])
     assert all(isinstance(check, _doctor_context.Check) for check in checks.values())
     assert checks['canary'].isolation is checks['isolation']  # the canary runs the isolation check beside it
 
@@ -81,7 +82,7 @@ def test_a_running_proxy_runs_every_check_in_order_over_one_context():
     # and the canary (in a thread), so only its place among the others is fixed.
     calls = [name for name in recorder.calls if name != 'squid']
     assert calls == ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'canary', 'overlay',
-                     'decisions', 'firewall']
+                     'decisions', 'firewall', 'transparent', 'credentials']
     assert 'squid' in recorder.calls and 'isolation' not in recorder.calls  # the canary's to run
     assert recorder.contexts == {id(doc.ctx)}
     assert 'total' in doc.timings and doc.actions == [] and doc.pid == 7
