@@ -17,7 +17,8 @@ description:
     capability. It mounts the deployment folder's allowlist, model endpoints and guard read-only.
   - A gateway whose image was rebuilt, or whose shape differs, is recreated; every transparent job network it
     was on is attached again at the same address, and the networks' files (a named volume) are applied again.
-  - I(state=absent) removes it, and is refused while a transparent job network still has it.
+  - I(state=absent) removes it and its C(<name>-nets) volume, and is refused while a transparent job network still
+    has it.
 author:
   - pi-dispatch egress team (@pi-dispatch)
 attributes:

@@ -125,6 +125,10 @@ def tworld(egress_env, tmp_path_factory):
                 jn.teardown_job_network(client, net.job_id, proxy_name=env.proxy, gateway_name=world.gateway)
             except Exception:
                 _remove_network(client, net.network)
+        try:
+            gw.remove(client, world.gateway)  # state=absent: the container and its -nets volume
+        except Exception:
+            pass
         for name in (world.gateway, world.dns, world.forge):
             _remove_container(client, name)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import EngineError, api_message
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
+    EngineError, api_message, is_not_found)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 
 GATEWAY_NAME = 'pi-dispatch-egress-gateway'
@@ -62,9 +63,9 @@ def _inspect(client: Any, name: str) -> Optional[Dict[str, Any]]:
     try:
         return client.api.inspect_container(name)
     except Exception as exc:
-        if getattr(getattr(exc, 'response', None), 'status_code', None) != 404:
-            raise GatewayError('Inspecting %s failed: %s' % (name, api_message(exc)))
-        return None
+        if is_not_found(exc) or getattr(getattr(exc, 'response', None), 'status_code', None) == 404:
+            return None
+        raise GatewayError('Inspecting %s failed: %s' % (name, api_message(exc)))
 
 
 def job_attachments(attrs: Dict[str, Any], upstream: str) -> Dict[str, str]:
@@ -174,11 +175,32 @@ def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False, allow_cu
     return dict(changed=bool(actions), actions=actions, differences=diffs)
 
 
+def _remove_volume(client: Any, name: str, actions: List[str], check_mode: bool) -> None:
+    """Remove the gateway's ``<name>-nets`` volume (its per-network files; nothing is left to apply)."""
+    volume = name + '-nets'
+    try:
+        client.api.inspect_volume(volume)
+    except Exception as exc:
+        if is_not_found(exc):
+            return
+        raise GatewayError('Inspecting the volume %s failed: %s' % (volume, api_message(exc)))
+    actions.append('remove volume %s' % volume)
+    if not check_mode:
+        try:
+            client.api.remove_volume(volume)
+        except Exception as exc:
+            if not is_not_found(exc):
+                raise GatewayError('Removing the volume %s failed: %s. The gateway itself is gone; docker volume '
+                                   'rm %s' % (volume, api_message(exc), volume))
+
+
 def remove(client: Any, name: str, check_mode: bool = False) -> Dict[str, Any]:
-    """Remove the gateway (state=absent); refused while a job network still has it."""
+    """Remove the gateway (state=absent) and its ``<name>-nets`` volume; refused while a job network still has it."""
     attrs = _inspect(client, name)
     if attrs is None:
-        return dict(changed=False, actions=[], differences=[])
+        actions: List[str] = []
+        _remove_volume(client, name, actions, check_mode)  # left by a removal that stopped half-way
+        return dict(changed=bool(actions), actions=actions, differences=[])
     if (attrs['Config'].get('Labels') or {}).get(LABEL_ROLE) != ROLE:
         raise GatewayError('%s is not a pi-dispatch gateway; not removed.' % name)
     upstream = (attrs.get('HostConfig') or {}).get('NetworkMode') or ''
@@ -192,7 +214,9 @@ def remove(client: Any, name: str, check_mode: bool = False) -> Dict[str, Any]:
             client.api.remove_container(name, force=True)
         except Exception as exc:
             raise GatewayError('Removing the gateway %s failed: %s' % (name, api_message(exc)))
-    return dict(changed=True, actions=['remove %s' % name], differences=[])
+    actions = ['remove %s' % name]
+    _remove_volume(client, name, actions, check_mode)
+    return dict(changed=True, actions=actions, differences=[])
 
 
 def exec_gatewayd(client: Any, name: str, argv: List[str]) -> str:

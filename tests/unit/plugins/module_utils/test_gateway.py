@@ -80,3 +80,68 @@ def test_an_unknown_mode_is_refused():
     with pytest.raises(Exception) as caught:
         T.check_mode_name('intercept')
     assert 'explicit' in str(caught.value) and 'transparent' in str(caught.value)
+
+
+# --- state=absent: the container and its <name>-nets volume ----------------------------------------------------
+
+docker = pytest.importorskip('docker')
+
+
+class _API(object):
+    def __init__(self, container, volume):
+        self.container, self.volume = container, volume
+        self.calls = []
+
+    def inspect_container(self, name):
+        if self.container is None:
+            raise docker.errors.NotFound('No such container: %s' % name)
+        return self.container
+
+    def remove_container(self, name, force=False):
+        self.calls.append('remove_container %s' % name)
+
+    def inspect_volume(self, name):
+        if not self.volume:
+            raise docker.errors.NotFound('no such volume')
+        return {'Name': name}
+
+    def remove_volume(self, name):
+        self.calls.append('remove_volume %s' % name)
+
+
+class _Client(object):
+    def __init__(self, container, volume):
+        self.api = _API(container, volume)
+
+
+def _gateway(jobs=()):
+    nets = dict((n, {'IPAddress': '10.47.0.%d' % i}) for i, n in enumerate(['pi-dispatch-egress-out'] + list(jobs)))
+    return {'Config': {'Labels': {G.LABEL_ROLE: G.ROLE}}, 'HostConfig': {'NetworkMode': 'pi-dispatch-egress-out'},
+            'NetworkSettings': {'Networks': nets}}
+
+
+REMOVE_CASES = [
+    # id, container, volume, check_mode, changed, actions, calls
+    ('both', _gateway(), True, False, True, ['remove gw', 'remove volume gw-nets'],
+     ['remove_container gw', 'remove_volume gw-nets']),
+    ('both-check-mode', _gateway(), True, True, True, ['remove gw', 'remove volume gw-nets'], []),
+    ('container-only', _gateway(), False, False, True, ['remove gw'], ['remove_container gw']),
+    ('volume-left-by-a-half-removal', None, True, False, True, ['remove volume gw-nets'], ['remove_volume gw-nets']),
+    ('nothing', None, False, False, False, [], []),
+]
+
+
+@pytest.mark.parametrize('container,volume,check_mode,changed,actions,calls', [c[1:] for c in REMOVE_CASES],
+                         ids=[c[0] for c in REMOVE_CASES])
+def test_remove_takes_the_volume_with_it(container, volume, check_mode, changed, actions, calls):
+    client = _Client(container, volume)
+    result = G.remove(client, 'gw', check_mode=check_mode)
+    assert result['changed'] is changed and result['actions'] == actions
+    assert client.api.calls == calls
+
+
+def test_remove_is_refused_while_a_job_network_has_it_and_keeps_the_volume():
+    client = _Client(_gateway(['pi-job-a-net']), True)
+    with pytest.raises(G.GatewayError) as info:
+        G.remove(client, 'gw')
+    assert 'pi-job-a-net' in str(info.value) and client.api.calls == []
