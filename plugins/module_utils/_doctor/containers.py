@@ -11,7 +11,7 @@ teardown removes them) and timed in ``ctx.timings`` under its key.
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
@@ -60,6 +60,37 @@ def run_container(ctx: DoctorContext, key: str, name: str, script: str, net: str
         results[key] = (text, None)
     finally:
         ctx.timings[key] = time.monotonic() - started
+
+
+def run_job_probe(ctx: DoctorContext, key: str, name: str, script: str, network: str, environment: Dict[str, str],
+                  wait: int, dns: Optional[List[str]] = None, binds: Optional[List[str]] = None
+                  ) -> Tuple[Optional[str], Optional[str]]:
+    """Run one probe container on a job network made by the job-network API, as a job runs there (its own
+    environment, every capability dropped), to its end, and remove it; (its output, None) or (None, why).
+
+    Shared by the transparent and the credential canaries; timed in ``ctx.timings[key]``.
+    """
+    api = ctx.client.api
+    with ctx.lock:
+        ctx.launched.append(name)
+    started = time.monotonic()
+    try:
+        created = api.create_container(
+            ctx.probe_image, ['sh', '-c', script], name=name, detach=True, environment=environment,
+            labels={LABEL: str(ctx.pid)},
+            host_config=api.create_host_config(network_mode=network, dns=dns, binds=binds, cap_drop=['ALL'],
+                                               security_opt=['no-new-privileges:true']))
+        api.start(created['Id'])
+        api.wait(created['Id'], timeout=wait)
+        return api.logs(created['Id'], stdout=True, stderr=True).decode('utf-8', 'replace'), None
+    except Exception as exc:
+        return None, 'the probe container: %s' % dc.api_message(exc)
+    finally:
+        ctx.timings[key] = time.monotonic() - started
+        try:
+            api.remove_container(name, force=True)
+        except Exception:
+            pass  # the sweep of a later run finds it by its label
 
 
 def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict, timeout: Optional[int] = None,

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_job_probe
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import probe_name
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _lifecycle
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import teardown as _teardown
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials
@@ -291,7 +291,6 @@ class CredentialsCheck(Check):
         job_id = canary_job_id(ctx.pid)
         container = probe_name('credentials', ctx.pid)
         paths = dict(ctx.credentials_probe_paths or {})
-        api = ctx.client.api
         try:
             try:
                 net = _lifecycle.create_job_network(
@@ -302,30 +301,13 @@ class CredentialsCheck(Check):
                 return [Line('credentials.setup', 'notrun',
                              'Credential canary could not be set up (%s), so no probe ran' % why)]
             ctx.actions.append('created %s' % net.network)
-            with ctx.lock:
-                ctx.launched.append(container)
-            script = probe_script(creds, paths, ctx.probe_timeout)
-            started = time.monotonic()
-            try:
-                created = api.create_container(
-                    ctx.probe_image, ['sh', '-c', script], name=container, detach=True,
-                    environment=dict(net.env, HOME='/tmp'), labels={LABEL: str(ctx.pid)},
-                    host_config=api.create_host_config(
-                        network_mode=net.network, cap_drop=['ALL'], security_opt=['no-new-privileges:true'],
-                        binds=['%s:%s:ro' % (src, dst) for src, dst in sorted(net.ca_mounts.items())]))
-                api.start(created['Id'])
-                api.wait(created['Id'], timeout=(ctx.probe_timeout + 2) * (len(creds) + 1) + ctx.start_grace)
-                text = api.logs(created['Id'], stdout=True, stderr=True).decode('utf-8', 'replace')
-            except Exception as exc:
+            text, why = run_job_probe(
+                ctx, 'credentials', container, probe_script(creds, paths, ctx.probe_timeout), net.network,
+                dict(net.env, HOME='/tmp'), (ctx.probe_timeout + 2) * (len(creds) + 1) + ctx.start_grace,
+                binds=['%s:%s:ro' % (src, dst) for src, dst in sorted(net.ca_mounts.items())])
+            if text is None:
                 return [Line('credentials.setup', 'notrun',
-                             'Credential canary could not be set up (the probe container: %s), so no probe ran'
-                             % dc.api_message(exc))]
-            finally:
-                ctx.timings['credentials'] = time.monotonic() - started
-                try:
-                    api.remove_container(container, force=True)
-                except Exception:
-                    pass  # the sweep of a later run finds it by its label
+                             'Credential canary could not be set up (%s), so no probe ran' % why)]
             results = parse_results(text)
             out = [swap_line(cred, paths.get(cred.name, PROBE_PATH), results.get(('swap', index)), interceptor)
                    for index, cred in enumerate(creds)]

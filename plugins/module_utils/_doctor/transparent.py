@@ -28,9 +28,10 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_job_probe
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import probe_name
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _lifecycle
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import teardown as _teardown
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
@@ -220,7 +221,6 @@ class TransparentCheck(Check):
             policy = os.path.join(policy_dir, 'config.yaml')
             with open(policy, 'w') as handle:
                 handle.write('egress:\n  allow:\n    tcp_ports: [{port: %d, hosts: [%s]}]\n' % (int(port), host))
-        api = ctx.client.api
         try:
             try:
                 net = _lifecycle.create_job_network(ctx.client, job_id, proxy_name=ctx.proxy, pool=ctx.job_pool,
@@ -231,29 +231,12 @@ class TransparentCheck(Check):
                 return [Line('transparent.setup', 'notrun',
                              'Transparent canary could not be set up (%s), so no probe ran' % why)]
             ctx.actions.append('created %s' % net.network)
-            with ctx.lock:
-                ctx.launched.append(name)
             script = probe_script(ctx.provider_host, ctx.deny_host, unique, ctx.transparent_port, ctx.probe_timeout)
-            started = time.monotonic()
-            try:
-                created = api.create_container(
-                    ctx.probe_image, ['sh', '-c', script], name=name, detach=True, environment={'HOME': '/tmp'},
-                    labels={LABEL: str(ctx.pid)},
-                    host_config=api.create_host_config(network_mode=net.network, dns=[net.dns], cap_drop=['ALL'],
-                                                       security_opt=['no-new-privileges:true']))
-                api.start(created['Id'])
-                api.wait(created['Id'], timeout=ctx.probe_timeout * 7 + ctx.start_grace)
-                text = api.logs(created['Id'], stdout=True, stderr=True).decode('utf-8', 'replace')
-            except Exception as exc:
+            text, why = run_job_probe(ctx, 'transparent', name, script, net.network, {'HOME': '/tmp'},
+                                      ctx.probe_timeout * 7 + ctx.start_grace, dns=[net.dns])
+            if text is None:
                 return [Line('transparent.setup', 'notrun',
-                             'Transparent canary could not be set up (the probe container: %s), so no probe ran'
-                             % dc.api_message(exc))]
-            finally:
-                ctx.timings['transparent'] = time.monotonic() - started
-                try:
-                    api.remove_container(name, force=True)
-                except Exception:
-                    pass  # the canary's own cleanup lines say what is left (the sweep of the next run)
+                             'Transparent canary could not be set up (%s), so no probe ran' % why)]
             try:
                 status = _transparent.status(ctx.client, ctx.gateway)
             except dc.EngineError:
