@@ -254,6 +254,21 @@ except Exception as exc:
 '''
 
 
+def _job_reaches_the_provider(world, jn):
+    """Run JOB_SCRIPT as a job on ``jn`` (its env and CA mounts, nothing else): it must get 200, and the provider
+    must have received the real anthropic key; the job's answer (a dict) is returned."""
+    marker = uuid.uuid4().hex
+    out = world.client.containers.run(
+        TOOLS_IMAGE, ['python3', '-c', JOB_SCRIPT, '/v1/messages?m=' + marker], name=jn.container,
+        network=jn.network, environment=jn.env, labels=LABEL, remove=True,
+        volumes=dict((src, {'bind': dst, 'mode': 'ro'}) for src, dst in jn.ca_mounts.items()))
+    answer = json.loads(out.decode().strip().splitlines()[-1])
+    assert answer['status'] == 200, answer
+    seen = world.saw_marker(marker)
+    assert ['x-api-key', world.secret['anthropic']] in [[k.lower(), v] for k, v in seen[0]['headers']]
+    return answer
+
+
 def test_a_job_created_by_the_api_gets_placeholders_and_the_swap_works(world):
     """create_job_network(credentials_dir=...) -> a placeholder in the job's env and the CA mounted; the job,
     knowing nothing of either, reaches the provider with the real key; teardown forgets the placeholder."""
@@ -267,16 +282,8 @@ def test_a_job_created_by_the_api_gets_placeholders_and_the_swap_works(world):
         assert _credentials.is_placeholder_shaped(placeholder) and placeholder.startswith('pi-placeholder-anthropic-')
         assert world.secret['anthropic'] not in json.dumps(jn.as_dict()) + ' '.join(jn.run_args())
         assert jn.env['SSL_CERT_FILE'] in jn.ca_mounts.values()
-        marker = uuid.uuid4().hex
-        out = client.containers.run(
-            TOOLS_IMAGE, ['python3', '-c', JOB_SCRIPT, '/v1/messages?m=' + marker], name=jn.container,
-            network=jn.network, environment=jn.env, labels=LABEL, remove=True,
-            volumes=dict((src, {'bind': dst, 'mode': 'ro'}) for src, dst in jn.ca_mounts.items()))
-        answer = json.loads(out.decode().strip().splitlines()[-1])
-        assert answer['status'] == 200, answer
+        answer = _job_reaches_the_provider(world, jn)
         assert '[redacted:anthropic]' in answer['body'] and world.secret['anthropic'] not in answer['body']
-        seen = world.saw_marker(marker)
-        assert ['x-api-key', world.secret['anthropic']] in [[k.lower(), v] for k, v in seen[0]['headers']]
     finally:
         done = _jobnet.teardown_job_network(client, job_id, proxy_name=PROXY, credentials_dir=world.deploy_dir)
     assert 'forget the placeholders of %s' % job_id in done['actions']
@@ -432,15 +439,7 @@ def test_a_job_on_a_proxy_shard_gets_the_swap(world):
         shard = [n for n in client.api.inspect_network(on_shard.network)['Containers'].values()
                  if n['Name'] != PROXY]
         assert shard and shard[0]['Name'].startswith(PROXY + '-shard-'), shard
-        marker = uuid.uuid4().hex
-        out = client.containers.run(
-            TOOLS_IMAGE, ['python3', '-c', JOB_SCRIPT, '/v1/messages?m=' + marker], name=on_shard.container,
-            network=on_shard.network, environment=on_shard.env, labels=LABEL, remove=True,
-            volumes=dict((src, {'bind': dst, 'mode': 'ro'}) for src, dst in on_shard.ca_mounts.items()))
-        answer = json.loads(out.decode().strip().splitlines()[-1])
-        assert answer['status'] == 200, answer
-        seen = world.saw_marker(marker)
-        assert ['x-api-key', world.secret['anthropic']] in [[k.lower(), v] for k, v in seen[0]['headers']]
+        _job_reaches_the_provider(world, on_shard)
     finally:
         for job_id in reversed(jobs[:len(made)]):
             _jobnet.teardown_job_network(client, job_id, proxy_name=PROXY, credentials_dir=world.deploy_dir)
