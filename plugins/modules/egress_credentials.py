@@ -14,7 +14,8 @@ description:
   - Reads C(egress-credentials.json) in the deployment folder (created empty when missing), each bound host
     checked against the allowlist. A refused declaration names the file, the credential, the key and the fix,
     and changes nothing (docs/credentials.md).
-  - With nothing declared, removes an interceptor this collection made; the proxy runs without the include.
+  - With nothing declared, removes an interceptor this collection made, then the include and the interceptor's
+    configuration; the proxy runs without the include.
   - Otherwise writes the interceptor's configuration (never a secret value) under C(credentials/) in the
     deployment folder, makes the interceptor's C(--internal) network and runs the interceptor (recreated when its
     image or shape changed), then renders the TLS name check's include (C(egress-credentials.conf)) with that
@@ -119,8 +120,8 @@ secret_problems:
   elements: dict
 work:
   description:
-    - With I(inspect_only), whether a full run has anything to do (a credential declared, or an interceptor or an
-      include to remove). Always false otherwise.
+    - With I(inspect_only), whether a full run has anything to do (a credential declared, or the include or the
+      interceptor's configuration still on disk, so an interceptor to remove). Always false otherwise.
   returned: always
   type: bool
 refused:
@@ -150,7 +151,7 @@ def main():
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     result = dict(changed=False, actions=[], declared=[], include=None, ca_cert=None, secret_problems=[], work=False)
-    client = dc.module_client(module, result)
+    client = None if module.params['inspect_only'] else dc.module_client(module, result)
     run = _apply.CredentialsDeploy(client, module.params, check_mode=module.check_mode)
     try:
         result.update(run.run())

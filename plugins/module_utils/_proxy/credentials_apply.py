@@ -278,18 +278,21 @@ class CredentialsDeploy(object):
         self.result['declared'] = [dict(name=c.name, host=c.host, port=c.port, env=c.env, scheme=c.scheme,
                                         header=c.header) for c in creds]
         if self.params.get('inspect_only'):
-            # Whether the run that follows has anything to do: something declared, or something to remove.
-            self.result['work'] = bool(creds) or os.path.exists(p['include']) or (
-                self.client is not None and _inspect(self.client, self.params['name']) is not None)
+            # Whether the run that follows has anything to do: something declared, or something to remove (an
+            # interceptor's configuration or the include are on disk until a run with nothing declared removes
+            # them, after the interceptor). Asks no daemon.
+            self.result['work'] = bool(creds) or os.path.exists(p['include']) or os.path.exists(p['config'])
             return self._done()
         self._consent(creds)
         if not creds:
             self._remove_interceptor()
-            if os.path.exists(p['include']):
-                # The proxy role then runs the proxy without it (a proxy that mounts it is recreated).
-                self.actions.append('remove %s (no credential declared)' % p['include'])
-                if not self.check_mode:
-                    os.unlink(p['include'])
+            # The include (the proxy role then runs the proxy without it; a proxy that mounts it is recreated),
+            # then the interceptor's configuration: nothing is left for the next run to remove.
+            for path in (p['include'], p['config']):
+                if os.path.exists(path):
+                    self.actions.append('remove %s (no credential declared)' % path)
+                    if not self.check_mode:
+                        os.unlink(path)
             return self._done()
         for cred in creds:
             problem = _credentials.check_secret(cred)

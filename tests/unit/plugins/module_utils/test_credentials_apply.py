@@ -456,17 +456,34 @@ def test_a_refused_run_writes_nothing(deploy):
     assert not os.path.exists(str(deploy / 'credentials')) and client.api.removed == []
 
 
-@pytest.mark.parametrize('declared,interceptor,include,work', [
+@pytest.mark.parametrize('declared,config,include,work', [
     (False, False, False, False),
     (True, False, False, True),
     (False, True, False, True),
     (False, False, True, True),
-], ids=['nothing', 'declared', 'interceptor-left', 'include-left'])
-def test_inspect_only_says_whether_there_is_work(deploy, declared, interceptor, include, work):
+], ids=['nothing', 'declared', 'config-left', 'include-left'])
+def test_inspect_only_says_whether_there_is_work(deploy, declared, config, include, work):
     declare(deploy, *([anthropic(deploy)] if declared else []))
     if include:
         (deploy / 'egress-credentials.conf').write_text('# include\n')
-    containers = {_interceptor.INTERCEPTOR_NAME: _interceptor_attrs()} if interceptor else {}
-    result = _apply.CredentialsDeploy(_Client(containers), params(deploy)).run()
-    assert result['work'] is work
-    assert _apply.CredentialsDeploy(None, params(deploy)).run()['work'] is (declared or include)
+    if config:
+        (deploy / 'credentials' / 'conf').mkdir(parents=True)
+        (deploy / 'credentials' / 'conf' / 'credentials.json').write_text('{}\n')
+    result = _apply.CredentialsDeploy(None, params(deploy)).run()  # no daemon asked
+    assert result['work'] is work and result['actions'] == []
+
+
+def test_nothing_declared_removes_the_interceptor_then_its_files(deploy):
+    declare(deploy)
+    (deploy / 'egress-credentials.conf').write_text('# include\n')
+    (deploy / 'credentials' / 'conf').mkdir(parents=True)
+    (deploy / 'credentials' / 'conf' / 'credentials.json').write_text('{}\n')
+    client = _Client({_interceptor.INTERCEPTOR_NAME: _interceptor_attrs(running=False)})
+    result = _apply.CredentialsDeploy(client, params(deploy, inspect_only=False)).run()
+    assert result['actions'] == [
+        'remove %s (no credential declared)' % _interceptor.INTERCEPTOR_NAME,
+        'remove %s (no credential declared)' % (deploy / 'egress-credentials.conf'),
+        'remove %s (no credential declared)' % (deploy / 'credentials' / 'conf' / 'credentials.json')]
+    assert client.api.removed == [_interceptor.INTERCEPTOR_NAME]
+    assert not (deploy / 'egress-credentials.conf').exists()
+    assert _apply.CredentialsDeploy(None, params(deploy)).run()['work'] is False
