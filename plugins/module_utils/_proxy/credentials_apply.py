@@ -29,6 +29,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import interceptor as _interceptor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -44,14 +45,7 @@ class CredentialsDeployError(dc.EngineError):
 
 def listed_by(allowlist_text: str, path: str) -> Callable[[str], bool]:
     """A host is listed when an entry names it exactly or a leading-dot entry covers it (squid's dstdomain)."""
-    entries = _allowlist.parse(allowlist_text, path).hosts()
-
-    def listed(host: str) -> bool:
-        for entry in entries:
-            if entry == host or (entry.startswith('.') and (host == entry[1:] or host.endswith(entry))):
-                return True
-        return False
-    return listed
+    return _decisions.Matcher(_allowlist.parse(allowlist_text, path).hosts()).covers
 
 
 def paths(deploy_dir: str) -> Dict[str, str]:
