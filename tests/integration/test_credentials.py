@@ -209,7 +209,10 @@ def test_a_changed_secret_file_takes_effect_on_the_next_request(world):
         assert ['x-api-key', new] in [[k.lower(), v] for k, v in seen[0]['headers']]
         assert old not in json.dumps(seen)
     finally:
-        world.secret['rotated-away'] = old
+        # Back to the key the fake provider accepts on /v1/models (the doctor's canary asks it); the rotated one is
+        # still searched for in every output.
+        world.write_secret('anthropic', old)
+        world.secret['rotated-away'] = new
 
 
 def test_no_secret_appears_in_any_output(world):
