@@ -446,5 +446,4 @@ def test_a_job_on_a_proxy_shard_gets_the_swap(world):
     finally:
         for job_id in reversed(jobs[:len(made)]):
             _jobnet.teardown_job_network(client, job_id, proxy_name=PROXY, credentials_dir=world.deploy_dir)
-    assert not [c for c in client.api.containers(all=True, filters={'name': PROXY + '-shard-'})], \
-        'the empty shard was not removed'
+    assert not client.api.containers(all=True, filters={'name': PROXY + '-shard-'}), 'the empty shard was not removed'

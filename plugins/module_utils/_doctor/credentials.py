@@ -328,4 +328,3 @@ class CredentialsCheck(Check):
                                                credentials_dir=ctx.deploy_dir)
             except Exception:
                 pass  # job_network_gc (with gc_credentials_dir) sweeps pi-job-doctor-<pid>-c-net later
-

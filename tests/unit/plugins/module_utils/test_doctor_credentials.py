@@ -164,7 +164,7 @@ def run_probe(tmp_path, creds, answers, paths=None, subprocess_env=None):
     env = dict(PATH='%s:%s' % (bin_dir, os.environ.get('PATH', '/usr/bin:/bin')), SSL_CERT_FILE='/ca/doctor.pem')
     env.update((c.env, placeholder(c)) for c in creds)
     env.update(subprocess_env or {})
-    done = subprocess.run(['sh', '-c', script], env=env, capture_output=True, timeout=60)
+    done = subprocess.run(['sh', '-c', script], env=env, capture_output=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     headers = {}
     if (tmp_path / 'headers').exists():
@@ -263,8 +263,8 @@ def test_probe_script_runs(tmp_path, creds, paths, answers, results, headers):
 
 
 def test_probe_script_elsewhere_in_url_carries_the_placeholder(tmp_path):
-    output, headers, calls = run_probe(tmp_path, [ANTHROPIC], {ELSEWHERE_ONE: (403, refusal('placeholder-elsewhere'),
-                                                                                0, True)})
+    answers = {ELSEWHERE_ONE: (403, refusal('placeholder-elsewhere'), 0, True)}
+    output, headers, calls = run_probe(tmp_path, [ANTHROPIC], answers)
     assert calls[-1][0] == ELSEWHERE_ONE
     # the misplaced probe sends no header: the placeholder travels in the URL only
     assert ELSEWHERE_ONE not in headers
@@ -289,15 +289,13 @@ def test_probe_script_curl_fails_without_write_out(tmp_path):
     assert _dc.parse_results(output)[('swap', 0)] == (7, 0, 0, None)
 
 
-def test_probe_path_with_dollar_is_refused_or_sent_as_written(tmp_path):
+def test_probe_path_with_dollar_is_refused():
     """The path goes inside sh double quotes, so $NAME would be expanded: $ is refused."""
-    path = '/v1/$HOME'
-    try:
-        paths = _dc.check_probe_paths({'anthropic': path})
-    except ValueError:
-        return  # refused: fine
-    _o, _h, calls = run_probe(tmp_path, [ANTHROPIC], {}, paths, subprocess_env={'HOME': '/home/canary'})
-    assert calls[0][0] == 'https://api.anthropic.com' + path
+    for path in ('/v1/$HOME', '/v1/models?k=$ANTHROPIC_API_KEY', '/${PATH}'):
+        with pytest.raises(ValueError) as info:
+            _dc.check_probe_paths({'anthropic': path})
+        assert 'credentials_probe_paths[anthropic]' in str(info.value) and 'or $' in str(info.value)
+
 
 # --- parse_results ------------------------------------------------------------------------------
 
@@ -515,9 +513,14 @@ def declare(folder, secret_mode=0o600, secret=SECRET, write_secret=True):
     return str(secret_file)
 
 
-def context(folder, api, proxy=RUNNING, check_mode=False, interceptor=''):
+_RUNNING_PROXY = object()  # context()'s default: a running proxy (None is a missing one)
+
+
+def context(folder, api, proxy=_RUNNING_PROXY, check_mode=False, interceptor=''):
+    """A context whose proxy inspect is ``proxy`` (None: there is no proxy container)."""
+    attrs = RUNNING if proxy is _RUNNING_PROXY else proxy
     return DoctorContext(client=FakeClient(api), proxy=PROXY, deploy_dir=str(folder) if folder else folder,
-                         probe_image='x', pid=123, environ={}, attrs=proxy, check_mode=check_mode,
+                         probe_image='x', pid=123, environ={}, attrs=attrs, check_mode=check_mode,
                          credentials_interceptor=interceptor)
 
 
