@@ -286,6 +286,7 @@ container:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
@@ -334,6 +335,10 @@ def main():
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 
     client = dc.module_client(module)
+    try:
+        spec = _proxy_spec.for_venue(spec, _venue.venue(client))
+    except dc.EngineError as exc:
+        module.fail_json(msg='%s Nothing was changed.' % exc)
     run = _deploy.ProxyDeploy(client, p, spec, deploy_paths, check_mode=module.check_mode, diff=module._diff)
     try:
         run.run()

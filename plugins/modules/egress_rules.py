@@ -159,6 +159,7 @@ from typing import Any, Dict
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import refresh as _refresh
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
@@ -170,7 +171,7 @@ def _decision(module: AnsibleModule, p: Dict[str, Any], compared: Dict[str, Any]
         container = dc.get_container(client, p['proxy_name'])
     except dc.EngineError as exc:
         dc.fail(module, exc)
-    obs = _proxy_spec.observed(container.attrs) if container else None
+    obs = _proxy_spec.observed(_venue.container_attrs(client, container.attrs)) if container else None
     if obs and not _proxy_spec.is_ours(obs):
         module.fail_json(msg='A container named %s exists but is not a pi-dispatch egress proxy; nothing was '
                              'written. Rename or remove it, or choose another proxy_name.' % p['proxy_name'])

@@ -32,6 +32,7 @@ from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload  # noqa: E402
 
@@ -185,6 +186,8 @@ class EgressEnv(object):
     def __init__(self, client, deploy_dir):
         self.client = client
         self.deploy_dir = deploy_dir
+        # Docker Engine, or Podman through its Docker-compatible API (./run gate podman; docs/podman.md).
+        self.venue = _venue.venue(client)
         self.suffix = SUFFIX
         self.proxy = 'pi-dispatch-egress-proxy' + SUFFIX
         self.upstream_net = 'pi-dispatch-egress-out' + SUFFIX

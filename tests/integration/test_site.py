@@ -53,7 +53,13 @@ def test_container_shape(egress_env):
     assert attrs['State']['Running'] is True
     assert attrs['State']['Health']['Status'] == 'healthy'
     assert host['RestartPolicy']['Name'] == 'unless-stopped'
-    assert 'host.docker.internal:host-gateway' in (host.get('ExtraHosts') or [])
+    if egress_env.venue.is_podman:
+        # Podman names the host itself (host.containers.internal); 4.3 would write "host-gateway" literally.
+        assert 'host.docker.internal:host-gateway' not in (host.get('ExtraHosts') or [])
+        rc, out = egress_env.client.containers.get(egress_env.proxy).exec_run(['cat', '/etc/hosts'])
+        assert rc == 0 and 'host.containers.internal' in out.decode() and 'host-gateway' not in out.decode(), out
+    else:
+        assert 'host.docker.internal:host-gateway' in (host.get('ExtraHosts') or [])
     assert not host.get('PortBindings') and not host.get('PublishAllPorts')
     assert not attrs['NetworkSettings'].get('Ports', {}).get('3128/tcp')
     mounts = dict((m['Destination'], m) for m in attrs['Mounts'])

@@ -11,28 +11,14 @@ fix, instead of the traceback a module would die with later.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _firewall_host
 
 MIN_PYTHON = (3, 8)
 MIN_SDK = (7, 0)
 MIN_API = (1, 41)
-
-
-def version_tuple(text: Any) -> Tuple[int, ...]:
-    """``'7.1.0'`` -> ``(7, 1, 0)``; the digits before anything else in each part."""
-    parts = []
-    for piece in str(text).split('.'):
-        digits = ''
-        for char in piece:
-            if not char.isdigit():
-                break
-            digits += char
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
 
 
 def _dotted(parts: Sequence[int]) -> str:
@@ -54,7 +40,7 @@ def check_sdk(sdk_version: Optional[str], executable: str) -> Optional[str]:
            % (executable, _dotted(MIN_SDK)))
     if sdk_version is None:
         return 'the Docker SDK for Python is missing from %s on this host; %s' % (executable, fix)
-    if version_tuple(sdk_version) < MIN_SDK:
+    if _venue.version_tuple(sdk_version) < MIN_SDK:
         return ('the Docker SDK for Python at %s is %s, older than %s; %s'
                 % (executable, sdk_version, _dotted(MIN_SDK), fix))
     return None
@@ -71,7 +57,7 @@ def check_libraries(missing: Optional[Sequence[str]], executable: str) -> Option
 
 
 def check_api(api_version: Any, engine_version: Optional[str], where: str) -> Optional[str]:
-    if version_tuple(api_version) < MIN_API:
+    if _venue.version_tuple(api_version) < MIN_API:
         return ('the Docker Engine at %s is %s (API %s), older than API %s; upgrade the engine on this host'
                 % (where, engine_version, api_version, _dotted(MIN_API)))
     return None

@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
@@ -176,7 +177,7 @@ class ProxyDeploy(object):
         p, result, manager = self.params, self.result, self.manager
         present = p['state'] != 'absent'
         container = manager.container()
-        obs = _proxy_spec.observed(container.attrs) if container else None
+        obs = _proxy_spec.observed(_venue.container_attrs(self.client, container.attrs)) if container else None
         self.check_ours(obs)
         image_id = self.check_sources() if present else None
         diffs = _proxy_spec.differences(self.spec, obs, image_id) if obs and present else []
@@ -231,5 +232,5 @@ class ProxyDeploy(object):
                                              'Its log ends with:\n%s' % (p['wait_timeout'], status,
                                                                          _proxy.logs_tail(container)))
         container.reload()
-        obs_after = _proxy_spec.observed(container.attrs)
+        obs_after = _proxy_spec.observed(_venue.container_attrs(self.client, container.attrs))
         self.result['container'] = dict((k, obs_after[k]) for k in CONTAINER_KEYS)

@@ -18,6 +18,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import (
@@ -198,7 +199,8 @@ class ProxyManager(object):
             src, dst = spec['log_mount']
             kwargs['mounts'].append(Mount(target=dst, source=src, type='bind', read_only=False))
         kwargs['ulimits'] = [Ulimit(name=u['name'], soft=u['soft'], hard=u['hard']) for u in spec['ulimits']]
-        kwargs['log_config'] = LogConfig(type=spec['log_config']['type'], config=spec['log_config']['config'])
+        log_config = kwargs['log_config']
+        kwargs['log_config'] = LogConfig(type=log_config['type'], config=log_config['config'])
         image = kwargs.pop('image')
         try:
             container = self.client.containers.create(image, **kwargs)
@@ -260,6 +262,7 @@ class ProxyManager(object):
         deadline = time.monotonic() + timeout
         status = None
         while True:
+            _venue.run_health_check(self.client, container.name)
             container.reload()
             state = container.attrs.get('State') or {}
             status = (state.get('Health') or {}).get('Status')

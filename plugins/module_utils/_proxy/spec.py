@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 
 PROXY_NAME = 'pi-dispatch-egress-proxy'
@@ -63,6 +64,13 @@ SECURITY_OPT = ['no-new-privileges:true']
 # needs no capability at all: every one is dropped, NET_RAW included.
 CAP_DROP = ['ALL']
 CAP_ADD = []
+# What Podman mounts writable on a read-only container unless the container names them (for_venue).
+PODMAN_READ_ONLY_TMPFS = {
+    '/run': 'rw,nosuid,nodev,noexec,size=1m,mode=0755',
+    '/var/tmp': 'rw,nosuid,nodev,noexec,size=1m,mode=1777',
+}
+# The proxy's RLIMIT_NPROC on Podman (for_venue).
+PODMAN_NPROC = 4096
 DEFAULT_LIMITS = dict(memory='512m', pids=256, nofile=16384, log_max_size='10m', log_max_file=3)
 
 _UNITS = {'': 1, 'b': 1, 'k': 1024, 'm': 1024 ** 2, 'g': 1024 ** 3}
@@ -198,6 +206,45 @@ def desired_spec(image: str, rules: str, allowlist: str, endpoints: str, network
     )
 
 
+def for_venue(spec: Dict[str, Any], venue: Any) -> Dict[str, Any]:
+    """``spec`` as the engine behind ``venue`` (``_common/venue.py``) takes it (pure; the Docker shape unchanged).
+
+    Each change below is one measured difference of Podman 4.3 and 5.4 (docs/podman.md).
+    """
+    if venue is None or not venue.is_podman or spec.get('for_venue') == venue.kind:
+        return spec
+    spec = dict(spec, for_venue=venue.kind)
+    tmpfs = dict(spec['tmpfs'])
+    # A read-only Podman container gets writable, executable tmpfs on /run and /var/tmp unless it names its
+    # own (read-only-tmpfs): name them, noexec like the others.
+    for path in PODMAN_READ_ONLY_TMPFS:
+        tmpfs.setdefault(path, PODMAN_READ_ONLY_TMPFS[path])
+    spec['tmpfs'] = tmpfs
+    # Podman refuses a tmpfs uid=/gid= ("unknown mount option"): it is created with U (chown to the container's
+    # user, squid's "proxy") and reports the result as uid=13,gid=13, the shape compared.
+    owner = 'uid=%d,gid=%d' % (PROXY_UID, PROXY_UID)
+    spec['create_tmpfs'] = dict((path, options.replace(owner, venue.tmpfs_owner(PROXY_UID, PROXY_UID)))
+                                for path, options in tmpfs.items())
+    # Podman keeps one log file, cut at max-size (it has no max-file); it reads the size 1000-based and shows it
+    # in its own words ("10MB"), which is what is compared. The container is created with the operator's words.
+    create_config = dict(spec['log_config'].get('config') or {})
+    create_config.pop('max-file', None)
+    spec['create_log_config'] = dict(spec['log_config'], config=create_config)
+    shown = dict(create_config)
+    if shown.get('max-size'):
+        shown['max-size'] = _venue.podman_size(shown['max-size']) or shown['max-size']
+    spec['log_config'] = dict(spec['log_config'], config=shown)
+    # Podman 4.3 writes "host-gateway" into /etc/hosts as if it were an address; Podman adds its own name
+    # for the host (host.containers.internal) to every container, so the proxy maps none.
+    spec['extra_hosts'] = [entry for entry in spec['extra_hosts'] if entry != HOST_GATEWAY]
+    # Podman replaces its default rlimits when a container names any ulimit, and then sets RLIMIT_NPROC to its
+    # own maximum, which a host whose bounding set lacks CAP_SYS_RESOURCE cannot grant ("error setting rlimit
+    # type 6"): name nproc too. squid runs a handful of processes; pids_limit caps them anyway.
+    if not any(u['name'] == 'nproc' for u in spec['ulimits']):
+        spec['ulimits'] = list(spec['ulimits']) + [dict(name='nproc', soft=PODMAN_NPROC, hard=PODMAN_NPROC)]
+    return spec
+
+
 def observed(attrs: Dict[str, Any]) -> Dict[str, Any]:
     """The parts of ``docker inspect`` that the comparison looks at."""
     host = attrs.get('HostConfig') or {}
@@ -240,7 +287,8 @@ def observed(attrs: Dict[str, Any]) -> Dict[str, Any]:
         cap_add=sorted(host.get('CapAdd') or []),
         read_only=bool(host.get('ReadonlyRootfs')),
         tmpfs=dict(host.get('Tmpfs') or {}),
-        sysctls=dict(host.get('Sysctls') or {}),
+        # None: the engine applied them but does not report them (Podman; _common/venue.py).
+        sysctls=None if 'Sysctls' in (attrs.get(_venue.UNREPORTED) or []) else dict(host.get('Sysctls') or {}),
         memory=host.get('Memory') or 0,
         memory_swap=host.get('MemorySwap') or 0,
         pids_limit=host.get('PidsLimit') or 0,
@@ -326,7 +374,9 @@ def _settings(spec: Dict[str, Any], obs: Dict[str, Any], image_id: Optional[str]
         ('capabilities added', obs['cap_add'], sorted(spec['cap_add']), None),
         ('read-only root file system', obs['read_only'], spec['read_only'], None),
         ('tmpfs', obs['tmpfs'], spec['tmpfs'], None),
-        ('sysctls', obs['sysctls'], spec['sysctls'], None),
+        # Podman applies sysctls but does not report them (obs None): compared where the engine says.
+        ('sysctls', spec['sysctls'] if obs['sysctls'] is None else obs['sysctls'], spec['sysctls'],
+         None),
         ('memory limit (bytes)', obs['memory'], spec['memory'], None),
         # No swap beyond the memory limit: Docker stores MemorySwap = Memory for that.
         ('memory+swap limit (bytes)', obs['memory_swap'], spec['memory'], None),
@@ -370,9 +420,10 @@ def create_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
         extra_hosts=spec['extra_hosts'], network=spec['network'],
         labels=spec['labels'], healthcheck=spec['healthcheck'], command=list(spec['command']),
         security_opt=list(spec['security_opt']), cap_drop=list(spec['cap_drop']),
-        cap_add=list(spec['cap_add']) or None, read_only=spec['read_only'], tmpfs=dict(spec['tmpfs']),
+        cap_add=list(spec['cap_add']) or None, read_only=spec['read_only'],
+        tmpfs=dict(spec.get('create_tmpfs') or spec['tmpfs']),
         sysctls=dict(spec['sysctls']), mem_limit=spec['memory'], memswap_limit=spec['memory'],
-        pids_limit=spec['pids_limit'], log_config=dict(spec['log_config']),
+        pids_limit=spec['pids_limit'], log_config=dict(spec.get('create_log_config') or spec['log_config']),
         environment=dict(spec.get('environment') or {}),
     )
 

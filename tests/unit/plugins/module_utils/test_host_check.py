@@ -2,6 +2,7 @@
 
 import pytest
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import host_check as _host_check
 
 
@@ -17,7 +18,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import h
     ('x.y', ()),
 ])
 def test_version_tuple(text, expect):
-    assert _host_check.version_tuple(text) == expect
+    assert _venue.version_tuple(text) == expect
 
 
 @pytest.mark.parametrize('version, problem', [

@@ -78,6 +78,10 @@ class FakeClient(object):
 
     def __init__(self, container=None, image=True, shards=(), network=None):
         client = self
+        # The engine answers as Docker Engine 20.10 does (_common/venue.py asks once).
+        self.version = lambda: {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [
+            {'Name': 'Engine', 'Version': '20.10.24'}]}
+        self.info = lambda: {'SecurityOptions': ['name=seccomp,profile=default']}
         network = container is not None if network is None else network
         self.proxy = container
         self.created = []
