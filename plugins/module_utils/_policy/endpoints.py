@@ -186,7 +186,8 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError('%s is not JSON' % name)
 
 
-def _pairs_no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+def pairs_no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """``json.loads``' object_pairs_hook that refuses a key given twice (ValueError naming it)."""
     result = {}
     for key, value in pairs:
         if key in result:
@@ -207,7 +208,7 @@ def loads_strict(text: Union[str, bytes], path: str = FILE_NAME) -> Any:
         raise EndpointsError([Problem(path, None, None, 'starts with a byte order mark',
                                       'save the file as UTF-8 without a BOM')], path)
     try:
-        return json.loads(text, object_pairs_hook=_pairs_no_duplicates, parse_constant=_reject_constant)
+        return json.loads(text, object_pairs_hook=pairs_no_duplicates, parse_constant=_reject_constant)
     except ValueError as exc:
         raise EndpointsError([Problem(path, None, None, 'is not valid JSON (%s)' % exc,
                                       'fix the JSON; the expected shape is {"version": 1, "endpoints": [...]}')],
