@@ -61,7 +61,8 @@ def test_the_proxy_is_hardened_as_on_docker(podman_env):
     attrs = _venue.container_attrs(podman_env.client, podman_env.client.api.inspect_container(podman_env.proxy))
     host = attrs['HostConfig']
     assert host['CapDrop'][0] == 'ALL' and host['SecurityOpt'] == ['no-new-privileges:true']
-    assert host['LogConfig']['Config'].get('max-size') == '10m', host['LogConfig']
+    # Podman reads max-size 1000-based and shows it in its own words: 10m is 10MB (one file, no max-file).
+    assert host['LogConfig']['Config'] == {'max-size': '10MB'}, host['LogConfig']
     assert ('host.docker.internal:host-gateway' not in (host.get('ExtraHosts') or []))
 
 
