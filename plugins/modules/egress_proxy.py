@@ -339,6 +339,8 @@ def main():
         spec = _proxy_spec.for_venue(spec, _venue.venue(client))
     except dc.EngineError as exc:
         module.fail_json(msg='%s Nothing was changed.' % exc)
+    except _proxy_spec.ProxyError as exc:
+        module.fail_json(msg='%s. Nothing was changed.' % exc)
     run = _deploy.ProxyDeploy(client, p, spec, deploy_paths, check_mode=module.check_mode, diff=module._diff)
     try:
         run.run()

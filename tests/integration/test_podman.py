@@ -63,7 +63,10 @@ def test_the_proxy_is_hardened_as_on_docker(podman_env):
     assert host['CapDrop'][0] == 'ALL' and host['SecurityOpt'] == ['no-new-privileges:true']
     # Podman reads max-size 1000-based and shows it in its own words: 10m is 10MB (one file, no max-file).
     assert host['LogConfig']['Config'] == {'max-size': '10MB'}, host['LogConfig']
-    assert ('host.docker.internal:host-gateway' not in (host.get('ExtraHosts') or []))
+    # No host-gateway mapping (Podman 4.3 would write it literally); Podman names the host itself.
+    assert 'host.docker.internal:host-gateway' not in (host.get('ExtraHosts') or [])
+    rc, hosts = _proxy_sh(podman_env, 'cat /etc/hosts')
+    assert rc == 0 and 'host.containers.internal' in hosts and 'host-gateway' not in hosts, hosts
 
 
 def test_a_second_deploy_reads_podman_inspect_as_no_change(podman_env):
@@ -97,3 +100,13 @@ def test_a_stopped_job_container_blocks_teardown_by_name_and_nothing_changes(pod
             _jobnet.teardown_job_network(client, job, proxy_name=podman_env.proxy)
         except _jobnet.EngineError:
             pass
+
+
+def test_an_operator_host_gateway_is_refused_and_nothing_changes(podman_env):
+    """Podman 4.3 would write host-gateway into the proxy's /etc/hosts as an address (squid then resolves the
+    name by DNS instead): the deploy refuses it, naming the entry and host.containers.internal."""
+    before = podman_env.client.api.inspect_container(podman_env.proxy)['Id']
+    rc, out, _recap = podman_env.site(egress_proxy_extra_hosts=['loopback.test:127.0.0.1', 'gw.test:host-gateway'])
+    assert rc != 0, out[-3000:]
+    assert 'gw.test:host-gateway' in out and 'host.containers.internal' in out and 'Nothing was changed' in out
+    assert podman_env.client.api.inspect_container(podman_env.proxy)['Id'] == before

@@ -138,7 +138,8 @@ def validate(cidrs: Sequence[str], pool: str = DEFAULT_POOL, gateways: Sequence[
     Refused: not a CIDR (or host bits set), a public range (nothing to open:
     the guard only refuses non-public addresses), anything that overlaps a
     never-opened range, the job-network pool, or contains the host-gateway
-    address; a CIDR that is nothing but network gateways. A wider range that
+    address (unless that address is one of ``gateways``, as on rootful Podman);
+    a CIDR that is nothing but network gateways. A wider range that
     merely contains a gateway is accepted: the gateway stays refused (see
     :func:`denied`), which :func:`kept_inside` reports.
     """
@@ -178,6 +179,11 @@ def validate(cidrs: Sequence[str], pool: str = DEFAULT_POOL, gateways: Sequence[
                             'move the job pool (job_network pool) elsewhere' % (where, pool_net))
             continue
         host = _host_net(host_gateway) if host_gateway else None
+        # Where the engine's name for the host is a gateway of the proxy's networks (rootful Podman:
+        # host.containers.internal is the first network's gateway), it is kept refused inside the range
+        # like every gateway; Docker's host-gateway (docker0) is not, so a range holding it is refused.
+        if host is not None and host in gateway_nets:
+            host = None
         if host is not None and host.version == net.version and host.subnet_of(net):
             problems.append('%s: contains the host-gateway address %s (this host, as host.docker.internal); '
                             'narrow the range so it leaves that address out, and declare a model server on this '

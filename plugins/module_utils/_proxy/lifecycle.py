@@ -295,9 +295,10 @@ def hosts_address(hosts_text: Optional[str], name: str = 'host.docker.internal')
 def gateways(client: Any, container: Any) -> Tuple[List[str], Optional[str]]:
     """(gateways of every network the proxy is on, host-gateway address) from the daemon.
 
-    The host-gateway address is what ``host.docker.internal`` is in the
-    proxy's own /etc/hosts; without a running proxy, the default bridge's
-    gateway (which is what Docker maps host-gateway to unless configured).
+    The host-gateway address is what the engine's name for the host (``host.docker.internal``,
+    Podman's ``host.containers.internal``) is in the proxy's own /etc/hosts; without a running
+    proxy, the default bridge's gateway (which is what Docker maps host-gateway to unless
+    configured).
     """
     found = set()
     host_gateway = None
@@ -310,7 +311,8 @@ def gateways(client: Any, container: Any) -> Tuple[List[str], Optional[str]]:
         if (container.attrs.get('State') or {}).get('Running'):
             rc, out = dc.exec_in(container, ['cat', '/etc/hosts'])
             if rc == 0:
-                host_gateway = hosts_address(out)
+                # host.docker.internal on Docker, host.containers.internal on Podman (_common/venue.py)
+                host_gateway = hosts_address(out, _venue.venue(client).host_alias)
     if host_gateway is None:
         bridge = dc.get_network(client, 'bridge')
         for config in (((bridge.attrs or {}).get('IPAM') or {}).get('Config') or []) if bridge else []:

@@ -234,9 +234,16 @@ def for_venue(spec: Dict[str, Any], venue: Any) -> Dict[str, Any]:
     if shown.get('max-size'):
         shown['max-size'] = _venue.podman_size(shown['max-size']) or shown['max-size']
     spec['log_config'] = dict(spec['log_config'], config=shown)
-    # Podman 4.3 writes "host-gateway" into /etc/hosts as if it were an address; Podman adds its own name
-    # for the host (host.containers.internal) to every container, so the proxy maps none.
+    # Podman 4.3 writes "host-gateway" into /etc/hosts as if it were an address (squid then skips the line and
+    # resolves the name by DNS); Podman adds its own name for the host (host.containers.internal) to every
+    # container, so the proxy maps none, and an operator's name mapped to host-gateway is refused.
     spec['extra_hosts'] = [entry for entry in spec['extra_hosts'] if entry != HOST_GATEWAY]
+    refused = [entry for entry in spec['extra_hosts'] if entry.rpartition(':')[2] == 'host-gateway']
+    if refused:
+        raise ProxyError(
+            'egress_proxy_extra_hosts %s: %s does not resolve host-gateway (it would write it into /etc/hosts as '
+            'an address). Name the host %s instead, which Podman maps itself, or give the address'
+            % (', '.join(refused), venue.describe(), venue.host_alias))
     # Podman replaces its default rlimits when a container names any ulimit, and then sets RLIMIT_NPROC to its
     # own maximum, which a host whose bounding set lacks CAP_SYS_RESOURCE cannot grant ("error setting rlimit
     # type 6"): name nproc too. squid runs a handful of processes; pids_limit caps them anyway.

@@ -139,3 +139,24 @@ def test_a_daemon_with_an_ipv6_network_renders_and_opens_its_ula_but_never_its_g
     assert not G.covers(nets, 'fd47:25:12ab::10') and G.covers(nets, 'fd47:25:12ab::1')
     for address in ('::1', 'fe80::1', 'fd12:3456::5', 'fd00:ec2::254', '::', 'fd47:25:1::9'):
         assert G.covers(nets, address), address
+
+
+@pytest.mark.parametrize('gateways, host_gw, refused', [
+    # Docker: host-gateway is docker0's gateway, not one of the proxy's networks: a range holding it is refused
+    (['10.89.0.1'], '172.17.0.1', True),
+    # rootful Podman: host.containers.internal is the gateway of the proxy's first network, kept refused inside
+    (['10.89.0.1', '10.47.0.1'], '10.89.0.1', False),
+    # no host address known: nothing to refuse for it
+    (['10.89.0.1'], None, False),
+])
+def test_a_range_holding_the_host_address_is_refused_unless_it_is_a_gateway(gateways, host_gw, refused):
+    cidr = '172.17.0.0/16' if host_gw == '172.17.0.1' else '10.89.0.0/24'
+    if refused:
+        with pytest.raises(G.GuardError) as raised:
+            G.validate([cidr], gateways=gateways, host_gateway=host_gw)
+        assert 'host-gateway address %s' % host_gw in str(raised.value)
+    else:
+        opened = G.validate([cidr], gateways=gateways, host_gateway=host_gw)
+        assert [str(n) for n in opened] == [cidr]
+        denied = [str(n) for n in G.denied(opened, gateways=gateways, host_gateway=host_gw)]
+        assert '10.89.0.1/32' in denied

@@ -41,6 +41,10 @@ class FakeProxy(object):
 
 class FakeClient(object):
     def __init__(self, proxy=None, fail=None):
+        # Docker Engine 20.10 (_common/venue.py asks once: the host's name is host.docker.internal)
+        self.version = lambda: {'Version': '20.10.24', 'ApiVersion': '1.41',
+                                'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
+        self.info = lambda: {'SecurityOptions': []}
         class Containers(object):
             def get(self, name):
                 if fail:

@@ -749,3 +749,18 @@ def test_podman_attrs_prefers_podmans_bounding_set(bounding, cap_drop, expected)
     libpod = {} if bounding is None else {'BoundingCaps': bounding}
     attrs = _venue.podman_attrs({'HostConfig': _host(CapDrop=cap_drop)}, libpod)
     assert attrs['HostConfig']['CapDrop'] == expected
+
+
+@pytest.mark.parametrize('extra_hosts', [
+    ['hostgw.example.test:host-gateway'],
+    ['a.local:10.0.0.1', 'b.test:host-gateway'],
+])
+def test_for_venue_podman_refuses_an_operator_host_gateway(files, extra_hosts):
+    """Podman 4.3 would write host-gateway into /etc/hosts literally; refused, naming the entry and the fix."""
+    spec = _desired(files, extra_hosts=extra_hosts)
+    with pytest.raises(_spec.ProxyError) as raised:
+        _spec.for_venue(spec, PODMAN)
+    text = str(raised.value)
+    assert [e for e in extra_hosts if e.endswith(':host-gateway')][0] in text
+    assert 'host.containers.internal' in text and 'egress_proxy_extra_hosts' in text
+    assert _spec.for_venue(spec, _venue.Venue(_venue.DOCKER, '20.10.24')) is spec
