@@ -174,6 +174,16 @@ options:
     type: dict
     default: {}
     version_added: 0.6.0
+  openshell_policy:
+    description:
+      - A deployed OpenShell sandbox policy file (as M(pi_dispatch.egress.egress_openshell_policy) writes it with
+        its C(dest)). When set, the doctor renders the policy from I(deploy_dir)'s current sources exactly as that
+        module does (its defaults) and compares the file with it semantically, naming each endpoint that differs
+        (the C(openshell.*) lines, docs/openshell.md). Unset, none of it runs.
+      - Needs the C(openshell) Python package (pinned 0.1.5) on the host that runs the doctor; without it the line
+        is a warning naming the pinned version.
+    type: path
+    version_added: 0.8.0
   sweep:
     description:
       - Sweep leftovers of earlier doctor runs before the canary.
@@ -274,6 +284,7 @@ def main():
         transparent_port=dict(type='str'),
         credentials_interceptor_name=dict(type='str', default='pi-dispatch-egress-interceptor'),
         credentials_probe_paths=dict(type='dict', default={}),
+        openshell_policy=dict(type='path'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     deploy_dir = _deployment.module_layout(module).deploy_dir

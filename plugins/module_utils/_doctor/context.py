@@ -60,6 +60,7 @@ class DoctorContext:
     transparent_port: Optional[str] = None  # host:port the transparent canary opts in and must reach
     credentials_interceptor: str = ''       # the credential interceptor (credentials.py; '' its default name)
     credentials_probe_paths: Dict[str, str] = dataclasses.field(default_factory=dict)  # credential -> path
+    openshell_policy: Optional[str] = None  # a deployed OpenShell policy file (openshell.py; none: no line)
 
     # --- what the run did (the module reports them) ----------------------------------------------
     actions: List[str] = dataclasses.field(default_factory=list)
@@ -104,6 +105,7 @@ class DoctorContext:
             transparent_port=getattr(options, 'transparent_port', None) or None,
             credentials_interceptor=getattr(options, 'credentials_interceptor', None) or '',
             credentials_probe_paths=dict(getattr(options, 'credentials_probe_paths', None) or {}),
+            openshell_policy=getattr(options, 'openshell_policy', None) or None,
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',
                                                                       _decisions.DEFAULT_FOLDER),
         )

@@ -20,7 +20,8 @@ runs the checks, each a :class:`_doctor.context.Check` with one method,
   (its lines in ``ctx.isolation_lines``);
 * ``overlay.OverlayCheck``, ``decisions.DecisionsCheck``, the isolation lines,
   ``firewall.FirewallCheck``, ``transparent.TransparentCheck``, ``credentials.CredentialsCheck``
-  (only when a credential is declared), then the sweep's lines.
+  (only when a credential is declared), ``openshell.OpenShellCheck`` (only when ``openshell_policy``
+  names a deployed OpenShell policy file), then the sweep's lines.
 
 The line catalogue is ``lines.py`` (:data:`LINES`, which ``docs/doctor.md`` is
 checked against); the names of the doctor's objects are ``names.py``; the
@@ -53,6 +54,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.decisio
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.firewall import FirewallCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import IsolationCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import GROUPS, STATUSES, SYMBOLS, Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.openshell import OpenShellCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.overlay import OverlayCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.proxy import (
     GuardCheck, IncludeCheck, ProxyCheck, RulesCheck)
@@ -121,6 +123,8 @@ class DoctorOptions(object):
     ``host:port`` that canary opts in and must reach. ``credentials_interceptor``: the credential
     interceptor's container (``credentials.py``; its lines run when the deployment folder declares a
     credential); ``credentials_probe_paths``: credential name -> the path its canary probe asks the bound host.
+    ``openshell_policy``: a deployed OpenShell policy file, compared with what the deployment folder's sources
+    render (``openshell.py``; no line when unset).
     """
 
     def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
@@ -135,8 +139,10 @@ class DoctorOptions(object):
                  fallback_probe_image: Optional[str] = None, decision_log_dir: Optional[str] = None,
                  gateway: Optional[str] = None, transparent_port: Optional[str] = None,
                  credentials_interceptor: Optional[str] = None,
-                 credentials_probe_paths: Optional[Dict[str, str]] = None) -> None:
+                 credentials_probe_paths: Optional[Dict[str, str]] = None,
+                 openshell_policy: Optional[str] = None) -> None:
         self.proxy = proxy
+        self.openshell_policy = openshell_policy
         self.credentials_interceptor = credentials_interceptor
         self.credentials_probe_paths = credentials_probe_paths
         self.gateway = gateway
@@ -173,7 +179,7 @@ def default_checks() -> Dict[str, Check]:
                 sweep=SweepCheck(), guard=GuardCheck(), include=IncludeCheck(), squid=SquidCheck(),
                 canary=CanaryCheck(isolation), isolation=isolation, overlay=OverlayCheck(),
                 decisions=DecisionsCheck(), firewall=FirewallCheck(), transparent=TransparentCheck(),
-                credentials=CredentialsCheck())
+                credentials=CredentialsCheck(), openshell=OpenShellCheck())
 
 
 class _Background(object):
@@ -239,6 +245,8 @@ class Doctor(object):
             lines.extend(checks['transparent'].lines(ctx))
         if 'credentials' in checks:
             lines.extend(checks['credentials'].lines(ctx))
+        if 'openshell' in checks:
+            lines.extend(checks['openshell'].lines(ctx))
         lines.extend(leftovers)
         ctx.timings['total'] = time.monotonic() - started
         return lines
@@ -278,7 +286,8 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'],
         gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'),
         credentials_interceptor=p.get('credentials_interceptor_name'),
-        credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')))
+        credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')),
+        openshell_policy=p.get('openshell_policy'))
 
 
 def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -> dict[str, Any]:

@@ -28,6 +28,7 @@ GROUPS = (
     ('firewall', 'Host firewall layer'),
     ('transparent', 'Transparent job networks'),
     ('credentials', 'Credential placeholders'),
+    ('openshell', 'OpenShell policy'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
 )
 
@@ -375,6 +376,23 @@ LINES = [
      'Credential canary probe for <name> did not run (the probe printed no result for it)'),
     ('credentials.setup', 'credentials', 'notrun',
      'Credential canary could not be set up (<why>), so no probe ran'),
+    # OpenShell policy (_doctor/openshell.py): only when openshell_policy names the deployed policy file.
+    ('openshell.policy', 'openshell', 'ok',
+     'OpenShell policy <path> reads back as the current sources in <deploy_dir> render (<n> endpoints, <n> rules)'),
+    ('openshell.policy_differs', 'openshell', 'fail',
+     'OpenShell policy <path> differs from what the current sources in <deploy_dir> render in <n> endpoints: '
+     '<host:port>: <missing, added or changed>; ...'),
+    ('openshell.policy_missing', 'openshell', 'fail',
+     'OpenShell policy file <path> cannot be used (<why>), so the openshell venue has no policy the current '
+     'sources render'),
+    ('openshell.untranslatable', 'openshell', 'fail',
+     'OpenShell policy cannot be rendered from the current sources in <deploy_dir>, so <path> cannot be checked '
+     'and the openshell venue refuses every job: <where>: <entry>: <reason>; ...'),
+    ('openshell.package_missing', 'openshell', 'warn',
+     'OpenShell policy <path> not compared: the Python package openshell (pinned <version>) cannot be imported on '
+     'this host, and it carries the schema the comparison parses both policies with'),
+    ('openshell.unchecked', 'openshell', 'warn',
+     'OpenShell policy <path> could not be compared with the sources (<why>)'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),

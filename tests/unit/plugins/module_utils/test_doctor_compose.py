@@ -68,7 +68,7 @@ def test_the_default_checks_are_every_group():
     checks = _doctor.default_checks()
     assert sorted(checks) == sorted(['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'squid',
                                      'canary', 'isolation', 'overlay', 'decisions', 'firewall', 'transparent',
-                                     'credentials'])
+                                     'credentials', 'openshell'])
     assert all(isinstance(check, _doctor_context.Check) for check in checks.values())
     assert checks['canary'].isolation is checks['isolation']  # the canary runs the isolation check beside it
 
