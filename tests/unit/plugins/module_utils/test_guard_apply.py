@@ -45,6 +45,7 @@ class FakeClient(object):
         self.version = lambda: {'Version': '20.10.24', 'ApiVersion': '1.41',
                                 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
         self.info = lambda: {'SecurityOptions': []}
+
         class Containers(object):
             def get(self, name):
                 if fail:
