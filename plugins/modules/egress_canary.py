@@ -184,6 +184,17 @@ options:
         is a warning naming the pinned version.
     type: path
     version_added: 0.8.0
+  squid_mirror:
+    description:
+      - Ask the Debian mirror for squid's candidate version (C(apt-get update) in a throwaway container of the
+        proxy's image on its upstream network, bounded at 60 seconds plus I(probe_start_grace)), so the doctor
+        can say whether the squid inside the proxy is out of date.
+      - Switch it off where the proxy's upstream cannot reach a mirror (an air-gapped host, a test world on an
+        C(--internal) upstream): there the check only waits for apt's timeouts and ends C(notrun) anyway.
+        Off, the C(proxy.squid_mirror_unread) line says it was switched off; the installed version is still read.
+    type: bool
+    default: true
+    version_added: 0.9.0
   sweep:
     description:
       - Sweep leftovers of earlier doctor runs before the canary.
@@ -276,6 +287,7 @@ def main():
         isolation=dict(type='bool', default=True),
         job_network_pool=dict(type='str', default=_jobnet.DEFAULT_POOL),
         job_network_prefix=dict(type='int', default=_jobnet.DEFAULT_PREFIX),
+        squid_mirror=dict(type='bool', default=True),
         sweep=dict(type='bool', default=True),
         firewall=dict(type='bool', default=True),
         firewall_chain_prefix=dict(type='str', default='PI-EGRESS'),

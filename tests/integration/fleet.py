@@ -191,6 +191,7 @@ def doctor_vars(**more):
         'doctor_listed_host': 'api.provider.test',
         'doctor_probe_timeout': 5,
         'doctor_probe_start_grace': 20,
+        'doctor_squid_mirror': False,  # --internal upstreams: no mirror answers (test_proxy_image.py pins it)
     }
     extra.update(more)
     return extra

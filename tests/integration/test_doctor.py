@@ -34,6 +34,9 @@ def doctor_vars(env, json_path, **more):
         'doctor_listed_host': 'api.provider.test',
         'doctor_probe_timeout': 5,
         'doctor_probe_start_grace': 20,
+        # The upstream is --internal: the mirror check would only wait out apt's timeouts (about 40 s a run).
+        # test_proxy_image.py pins the line with it on; here it is off, and the line says so.
+        'doctor_squid_mirror': False,
         'doctor_json_path': str(json_path),
     }
     extra.update(more)
@@ -333,6 +336,10 @@ def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
     assert by_id['overlay.keyless']['status'] == 'ok' and 'local-fake' in by_id['overlay.keyless']['message']
     assert by_id['overlay.loopback']['status'] == 'warn' and by_id['overlay.loopback']['fix']
     assert by_id['isolation.notrun']['status'] == 'notrun'
+    # doctor_squid_mirror: false (doctor_vars) is said as a not-run line naming the switch, never a pass.
+    mirror = by_id['proxy.squid_mirror_unread']
+    assert mirror['status'] == 'notrun' and 'switched off (squid_mirror: false' in mirror['message'], mirror
+    assert by_id['proxy.squid']['status'] == 'ok', lines  # the installed version is still read
     client = egress_env.client
     assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
 

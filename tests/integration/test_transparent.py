@@ -323,7 +323,7 @@ def test_the_doctor_proves_the_transparent_path(tworld, tmp_path):
         'egress_proxy_name': env.proxy, 'egress_deploy_dir': env.deploy_dir, 'doctor_probe_image': env.tools_image,
         'doctor_provider_host': 'api.provider.test', 'doctor_deny_host': 'denied.test',
         'doctor_listed_host': 'api.provider.test', 'doctor_probe_timeout': 5, 'doctor_json_path': str(json_path),
-        'doctor_isolation': False, 'doctor_firewall': False,
+        'doctor_isolation': False, 'doctor_firewall': False, 'doctor_squid_mirror': False,
         'doctor_gateway_name': tworld.gateway, 'doctor_transparent_port': 'git.forge.test:22',
     }
     rc, out, _recap = run_playbook('playbooks/doctor.yml', extra, timeout=300)

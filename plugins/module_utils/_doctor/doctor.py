@@ -282,6 +282,7 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         start_grace=p['probe_start_grace'], docker_host=p['docker_host'], check_mode=check_mode,
         endpoint_timeout=p['endpoint_timeout'], models_json=p['models_json'], isolation=p['isolation'],
         job_pool=p['job_network_pool'], job_prefix=p['job_network_prefix'], sweep=p['sweep'],
+        squid_candidate=p.get('squid_mirror', True),
         firewall=dict(enabled=p['firewall'], chain_prefix=p['firewall_chain_prefix'], probe=p['firewall_probe']),
         fallback_probe_image=p['fallback_probe_image'], decision_log_dir=p['decision_log_dir'],
         gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'),

@@ -201,7 +201,7 @@ def squid_candidate_version(ctx: DoctorContext) -> Tuple[Optional[str], Optional
     tests) nothing answers and the why says so.
     """
     if not ctx.squid_candidate:
-        return None, 'the mirror check is switched off'
+        return None, 'the mirror check is switched off (squid_mirror: false; the role\'s doctor_squid_mirror)'
     networks = list(((ctx.attrs.get('NetworkSettings') or {}).get('Networks') or {}).keys())
     net = upstream_network(networks, lambda name: _labelled_upstream(ctx, name))
     if net is None:

@@ -644,6 +644,30 @@ def test_canary_options_refused_before_the_daemon(change, fragment):
         _doctor.check_canary_options(params)
 
 
+@pytest.mark.parametrize('change, expect', [
+    ({}, True),  # an older caller that does not pass it: the mirror check runs, as before 0.9.0
+    (dict(squid_mirror=True), True),
+    (dict(squid_mirror=False), False),
+])
+def test_squid_mirror_switches_the_mirror_check(change, expect):
+    options = _doctor.canary_options(dict(CANARY, **change), '/d')
+    assert options.squid_candidate is expect
+
+
+def test_the_switched_off_mirror_check_names_the_switch_and_starts_nothing():
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import squid as _squid
+
+    class NoDaemon(object):
+        def __getattr__(self, name):
+            raise AssertionError('the switched-off mirror check called the daemon: %s' % name)
+
+    ctx = type('Ctx', (), {'squid_candidate': False, 'client': NoDaemon(), 'attrs': {}, 'timings': {}})()
+    candidate, why = _squid.squid_candidate_version(ctx)
+    assert candidate is None and 'switched off (squid_mirror: false' in why and 'doctor_squid_mirror' in why
+    line = [x for x in _squid.squid_lines('p', '6.13-2', None, candidate, why) if x.id == 'proxy.squid_mirror_unread']
+    assert line and line[0].status == 'notrun' and 'switched off' in line[0].message
+
+
 @pytest.mark.parametrize('actions, would_sweep, check_mode, changed', [
     ([], False, False, False),
     (['removed container x'], False, False, True),
