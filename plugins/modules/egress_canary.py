@@ -190,7 +190,7 @@ options:
         proxy's image on its upstream network, bounded at 60 seconds plus I(probe_start_grace)), so the doctor
         can say whether the squid inside the proxy is out of date.
       - Switch it off where the proxy's upstream cannot reach a mirror (an air-gapped host, a test world on an
-        C(--internal) upstream): there the check only waits for apt's timeouts and ends C(notrun) anyway.
+        C(--internal) upstream), where the check only waits for apt's timeouts and ends C(notrun) anyway.
         Off, the C(proxy.squid_mirror_unread) line says it was switched off; the installed version is still read.
     type: bool
     default: true

@@ -323,7 +323,8 @@ def _doctor_lines(world, tmp_path, name):
         'egress_credentials_interceptor_name': INTERCEPTOR, 'doctor_probe_image': TOOLS_IMAGE,
         'doctor_provider_host': 'api.provider.test', 'doctor_deny_host': 'unlisted.provider.test',
         'doctor_listed_host': 'api.provider.test', 'doctor_probe_timeout': 5, 'doctor_isolation': False,
-        'doctor_firewall': False, 'doctor_squid_mirror': False, 'doctor_fail_on_fail': False, 'doctor_json_path': str(json_path),
+        'doctor_firewall': False, 'doctor_squid_mirror': False, 'doctor_fail_on_fail': False,
+        'doctor_json_path': str(json_path),
     }
     proc = subprocess.run(['ansible-playbook', '-vvv', '-i', 'localhost,', '-c', 'local',
                            os.path.join(ROOT, 'playbooks', 'doctor.yml'), '-e', json.dumps(extra)],

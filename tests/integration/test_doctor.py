@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import _remove_container, _remove_network, run_playbook
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lifecycle as _jobnet_lifecycle
@@ -111,6 +112,7 @@ def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
     dead = subprocess.Popen(['true'])
     dead.wait()
     live = subprocess.Popen(['sleep', '300'])
+    stopped = 'pi-egress-stopped-other' + egress_env.suffix
     made = []
     try:
         for pid in (dead.pid, live.pid):
@@ -123,6 +125,11 @@ def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
             made.append((net, probe))
         # A killed run also left the proxy attached to its network: detached and named.
         client.networks.get(made[0][0]).connect(egress_env.proxy)
+        # And a container of someone else's that has stopped on it: Docker's inspect does not list it, Podman
+        # refuses the network's removal while it is there (network is being used). Detached and named, kept.
+        _remove_container(client, stopped)
+        client.containers.run(egress_env.tools_image, ['true'], name=stopped, detach=True, network=made[0][0])
+        assert client.api.wait(stopped, timeout=60)['StatusCode'] == 0
         rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'leftovers')
         assert rc == 0, out[-4000:]
         dead_net, dead_probe = made[0]
@@ -131,7 +138,9 @@ def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
         assert swept and swept[0]['status'] == 'ok', lines
         assert dead_probe in swept[0]['message']
         assert 'detaching %s' % egress_env.proxy in swept[0]['message']
+        assert stopped in swept[0]['message'], swept
         assert made[0][0] not in client.api.inspect_container(egress_env.proxy)['NetworkSettings']['Networks']
+        assert made[0][0] not in client.api.inspect_container(stopped)['NetworkSettings']['Networks']
         assert 'EARLIER doctor run' in swept[0]['message']
         assert not _no_doctor_objects_of(client, dead.pid)
         with pytest.raises(docker.errors.NotFound):
@@ -143,6 +152,7 @@ def test_killed_leftover_swept_live_leftover_kept(egress_env, tmp_path):
     finally:
         live.kill()
         live.wait()
+        _remove_container(client, stopped)
         for net, probe in made:
             _remove_container(client, probe)
             _remove_network(client, net)
@@ -174,6 +184,7 @@ def _wait_healthy(client, name, deadline_s=60):
     end = time.monotonic() + deadline_s
     status = None
     while time.monotonic() < end:
+        _venue.run_health_check(client, name)  # Podman with no systemd runs no health check timers
         state = client.api.inspect_container(name)['State']
         status = (state.get('Health') or {}).get('Status')
         if status == 'healthy':

@@ -183,7 +183,8 @@ def doctor(w, tmp_path, name, **more):
         'egress_proxy_name': w.env.proxy, 'egress_deploy_dir': w.env.deploy_dir,
         'doctor_probe_image': w.env.tools_image, 'doctor_provider_host': 'api.provider.test',
         'doctor_deny_host': 'denied.test', 'doctor_listed_host': 'api.provider.test', 'doctor_probe_timeout': 5,
-        'doctor_squid_mirror': False, 'egress_job_network_pool': POOL, 'egress_firewall_chain_prefix': PREFIX, 'doctor_json_path': str(json_path),
+        'doctor_squid_mirror': False, 'egress_job_network_pool': POOL, 'egress_firewall_chain_prefix': PREFIX,
+        'doctor_json_path': str(json_path),
     }
     extra.update(more)
     rc, out, _recap = run_playbook('playbooks/doctor.yml', extra, timeout=300)

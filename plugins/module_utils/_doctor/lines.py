@@ -400,7 +400,7 @@ LINES = [
      'Egress canary: <net> may be left over from an EARLIER doctor run, and is not swept because this shell\'s '
      'docker CLI <what it resolved>, so a pid that is dead here may be alive there'),
     ('leftovers.unreadable', 'leftovers', 'warn',
-     'Egress canary: the network <net> could not be read: docker network inspect <net>'),
+     'Egress canary: the network <net> could not be read: <command>'),
     ('leftovers.kept', 'leftovers', 'warn',
      'Egress canary: <net> is kept, because the probe <probe> could not be removed and the network is the only '
      'way left to find it: docker rm -f <probe>'),

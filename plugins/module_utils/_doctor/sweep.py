@@ -14,7 +14,7 @@ nothing is swept. The decisions (:func:`plan_leftover`, :func:`split_attached`,
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
@@ -127,11 +127,24 @@ def unlisted_line(error: str) -> Line:
                     % NETWORK_PREFIX)
 
 
-def unreadable_line(net: str, error: str) -> Line:
+def unreadable_line(net: str, error: str, command: str = 'docker network inspect %s') -> Line:
+    """What is on ``net`` could not be read; ``command`` (with %s for the network) is the read that failed."""
+    command = command % net
     return Line('leftovers.unreadable', 'warn',
-                'Egress canary: the network %s could not be read: docker network inspect %s (%s)' % (net, net, error),
-                fix='docker network inspect %s (do not skip to network rm: what is attached is exactly what is '
-                    'unknown)' % net)
+                'Egress canary: the network %s could not be read: %s (%s)' % (net, command, error),
+                fix='%s (do not skip to network rm: what is attached is exactly what is unknown)' % command)
+
+
+MEMBERS_COMMAND = 'docker ps -a --filter network=%s'
+
+
+def members(listed: Iterable[Mapping[str, Any]]) -> List[str]:
+    """The names in a ``containers(all=True, filters={'network': net})`` answer (running, stopped or created)."""
+    names = []
+    for container in listed:
+        found = [name.lstrip('/') for name in (container.get('Names') or []) if name]
+        names.append(found[0] if found else str(container.get('Id') or '')[:12])
+    return [name for name in names if name]
 
 
 def would_sweep_line(net: str, probes: Sequence[str], others: Sequence[str]) -> Line:
@@ -151,7 +164,14 @@ def _sweep_one(ctx: DoctorContext, name: str, pid: int, all_probes: List[str]) -
             return None
         return unreadable_line(name, dc.api_message(exc))
     attached = [(c.get('Name') or cid) for cid, c in (attrs.get('Containers') or {}).items()]
-    probes, others = split_attached(attached, pid)
+    # Inspect lists running members only (Docker), or none at all (Podman 4.9 and later), while Podman refuses
+    # to remove a network that a stopped or created container is still on: what is on it is read with a
+    # filtered ps -a on every engine, so a stopped container is detached before the removal, never a surprise.
+    try:
+        attached += members(ctx.client.api.containers(all=True, filters={'network': name}))
+    except Exception as exc:
+        return unreadable_line(name, dc.api_message(exc), MEMBERS_COMMAND)
+    probes, others = split_attached(sorted(set(name.lstrip('/') for name in attached)), pid)
     # Stopped probes are not listed as endpoints; their names still say whose they are.
     probes = sorted(set(probes) | set(p for p in all_probes if probe_of_network(p, name, pid)))
     if ctx.check_mode:

@@ -136,8 +136,11 @@ class NotFound(Exception):
 
 class FakeAPI(object):
     def __init__(self, nets, attached=None, containers=(), stuck=(), list_error=None, inspect_error=None,
-                 rm_error=None):
+                 rm_error=None, members=None, ps_error=None):
         self.nets = list(nets)
+        # What ps -a --filter network=<net> lists: running ones (as inspect does on Docker) and stopped ones.
+        self.members = members or {}
+        self.ps_error = ps_error
         self.attached = attached or {}
         self.all_containers = list(containers)
         self.stuck = set(stuck)
@@ -152,6 +155,10 @@ class FakeAPI(object):
         return [dict(Name=n) for n in self.nets if n.startswith(filters['name'])]
 
     def containers(self, all=False, filters=None):
+        if 'network' in filters:
+            if self.ps_error:
+                raise Exception(self.ps_error)
+            return [dict(Id='id-' + n, Names=['/' + n]) for n in self.members.get(filters['network'], [])]
         return [dict(Names=['/' + n]) for n in self.all_containers if n.startswith(filters['name'])]
 
     def inspect_network(self, name):
@@ -221,6 +228,40 @@ def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
                          ('disconnect', 'pi-dispatch-egress-proxy', 'pi-dispatch-egress-doctor-100'),
                          ('network rm', 'pi-dispatch-egress-doctor-100')]
     assert doc.actions
+
+
+@pytest.mark.parametrize('inspected, listed, removed, detached', [
+    # Docker: inspect lists the running proxy; ps -a also lists it and a stopped container inspect leaves out.
+    (['pi-dispatch-egress-proxy'], ['pi-dispatch-egress-proxy', 'stopped-job'], [], ['pi-dispatch-egress-proxy',
+                                                                                    'stopped-job']),
+    # Podman 4.9 and later: inspect lists nobody; ps -a finds the probe and the proxy.
+    ([], ['pi-dispatch-egress-probe-deny-100', 'pi-dispatch-egress-proxy'], ['pi-dispatch-egress-probe-deny-100'],
+     ['pi-dispatch-egress-proxy']),
+    # A created (never started) container is on it too: detached, named.
+    ([], ['created-only'], [], ['created-only']),
+    # Nothing on it either way.
+    ([], [], [], []),
+])
+def test_sweep_reads_members_with_ps_so_a_stopped_one_is_detached_before_the_removal(inspected, listed, removed,
+                                                                                      detached):
+    net = 'pi-dispatch-egress-doctor-100'
+    api = FakeAPI([net], attached={net: inspected}, members={net: listed})
+    lines = sweep(doctor(api), lambda pid: False)
+    assert [line.id for line in lines] == ['leftovers.removed'], lines
+    assert api.calls == ([('rm', name) for name in removed] + [('disconnect', name, net) for name in detached] +
+                         [('network rm', net)])
+    for name in detached:
+        assert name in lines[0].message
+
+
+def test_sweep_names_the_ps_command_when_the_members_cannot_be_listed_and_touches_nothing():
+    net = 'pi-dispatch-egress-doctor-100'
+    api = FakeAPI([net], attached={net: ['pi-dispatch-egress-probe-deny-100']}, ps_error='boom')
+    lines = sweep(doctor(api), lambda pid: False)
+    assert [(line.id, line.status) for line in lines] == [('leftovers.unreadable', 'warn')]
+    assert 'docker ps -a --filter network=%s (boom)' % net in lines[0].message
+    assert lines[0].fix.startswith('docker ps -a --filter network=%s' % net)
+    assert api.calls == []
 
 
 def test_sweep_live_pid_and_own_pid_are_left_alone():

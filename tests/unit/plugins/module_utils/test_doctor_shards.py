@@ -274,6 +274,8 @@ class SweepAPI(object):
         return [dict(Name=n) for n in self.nets if n.startswith(filters['name'])]
 
     def containers(self, all=False, filters=None):
+        if 'network' in filters:  # the sweep's ps -a --filter network=: what inspect lists here
+            return [dict(Names=['/' + n]) for n in self.attached.get(filters['network'], [])]
         return [dict(Names=['/' + n]) for n in self.all_containers if n.startswith(filters['name'])]
 
     def inspect_network(self, name):
