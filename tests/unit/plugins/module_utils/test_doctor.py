@@ -232,8 +232,8 @@ def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
 
 @pytest.mark.parametrize('inspected, listed, removed, detached', [
     # Docker: inspect lists the running proxy; ps -a also lists it and a stopped container inspect leaves out.
-    (['pi-dispatch-egress-proxy'], ['pi-dispatch-egress-proxy', 'stopped-job'], [], ['pi-dispatch-egress-proxy',
-                                                                                    'stopped-job']),
+    (['pi-dispatch-egress-proxy'], ['pi-dispatch-egress-proxy', 'stopped-job'], [],
+     ['pi-dispatch-egress-proxy', 'stopped-job']),
     # Podman 4.9 and later: inspect lists nobody; ps -a finds the probe and the proxy.
     ([], ['pi-dispatch-egress-probe-deny-100', 'pi-dispatch-egress-proxy'], ['pi-dispatch-egress-probe-deny-100'],
      ['pi-dispatch-egress-proxy']),
@@ -242,8 +242,8 @@ def test_sweep_dead_pid_removes_probes_detaches_others_removes_network():
     # Nothing on it either way.
     ([], [], [], []),
 ])
-def test_sweep_reads_members_with_ps_so_a_stopped_one_is_detached_before_the_removal(inspected, listed, removed,
-                                                                                      detached):
+def test_sweep_reads_members_with_ps_so_a_stopped_one_is_detached_before_the_removal(
+        inspected, listed, removed, detached):
     net = 'pi-dispatch-egress-doctor-100'
     api = FakeAPI([net], attached={net: inspected}, members={net: listed})
     lines = sweep(doctor(api), lambda pid: False)

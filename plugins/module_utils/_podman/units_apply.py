@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# Copyright: pi-dispatch egress contributors
+# Apache License 2.0 (see LICENSE)
+"""What ``egress_podman_units`` does: the proxy's wanted shape, its two Quadlet files, written when they differ.
+
+The shape is ``egress_proxy``'s own (``_proxy/deploy.wanted_spec``, then ``spec.for_venue`` for
+Podman), so the container systemd starts is the one the drift comparison wants. The files are
+written atomically (temporary file, rename) into the Quadlet folder of the system or of the
+account; a symlink or a directory where a unit file goes is refused and nothing is written. Running
+systemd (``daemon-reload``, start, restart) is the role's, not this module's.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from typing import Any, Dict, List, Optional, Tuple
+
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import quadlet as _quadlet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
+
+UPSTREAM_LABELS = {_spec.LABEL_NETWORK_ROLE: 'upstream'}
+
+
+class UnitsError(Exception):
+    """Refused before anything was written: the message names the setting or the file and the fix."""
+
+
+def units_dir(scope: str, account: Optional[str], given: Optional[str]) -> Tuple[str, Optional[Any]]:
+    """(folder, the account's password entry or None) where Quadlet reads this scope's units."""
+    entry = None
+    if scope == 'user':
+        if not account:
+            raise UnitsError('scope user needs account (the service account whose Podman runs the proxy)')
+        try:
+            entry = pwd.getpwnam(account)
+        except KeyError:
+            raise UnitsError('account %r does not exist on this host; create it first' % account) from None
+    if given:
+        return given, entry
+    if scope == 'user':
+        return os.path.join(entry.pw_dir, _quadlet.USER_UNITS_DIR), entry
+    return _quadlet.SYSTEM_UNITS_DIR, entry
+
+
+def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[str, Any]:
+    """The proxy's shape the units say: ``egress_proxy``'s, for Podman, restarted by systemd (``for_unit``)."""
+    options = dict(params, wait_timeout=1, mount_endpoints=True, shard_bound=None, decision_log=False,
+                   decision_log_dir=None, decision_log_max_size=None, decision_log_keep=None)
+    try:
+        _deploy.check_options(options)
+        spec = _deploy.wanted_spec(options, deploy_paths)
+        spec = _spec.for_venue(spec, _venue.Venue(_venue.PODMAN))
+    except _spec.ProxyError as exc:
+        raise UnitsError(str(exc)) from None
+    if '/' not in spec['image'].split(':', 1)[0]:
+        # A name Podman built or loaded here is localhost/<name>; Quadlet warns on a short name.
+        spec = dict(spec, image='localhost/' + spec['image'])
+    return _quadlet.for_unit(spec)
+
+
+def wanted_files(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[str, str]:
+    """{file name: content} of the two units for the module's options."""
+    spec = wanted_spec(params, deploy_paths)
+    container, network = _quadlet.unit_names(spec)
+    try:
+        return {container: _quadlet.container_unit(spec, params['scope']),
+                network: _quadlet.network_unit(spec, params['network_internal'], UPSTREAM_LABELS)}
+    except _quadlet.QuadletError as exc:
+        raise UnitsError(str(exc)) from None
+
+
+def _current(path: str) -> Optional[str]:
+    """The unit file's content, None when absent; UnitsError for a symlink or anything not a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnitsError('%s is a symlink (to %s); it is refused rather than followed. Remove it, then run again'
+                         % (path, os.readlink(path)))
+    if not stat.S_ISREG(st.st_mode):
+        raise UnitsError('%s is not a regular file; move it away, then run again' % path)
+    with open(path, 'rb') as handle:
+        return handle.read().decode('utf-8', 'replace')
+
+
+def apply(params: Dict[str, Any], deploy_paths: Dict[str, str], check_mode: bool = False) -> Dict[str, Any]:
+    """Write (or, with state absent, remove) the two units; the module's result."""
+    folder, entry = units_dir(params['scope'], params.get('account'), params.get('units_dir'))
+    if os.path.islink(folder):
+        raise UnitsError('%s is a symlink; the unit folder is refused rather than followed' % folder)
+    wanted = wanted_files(params, deploy_paths)
+    before, after, changed = {}, {}, []
+    for name in sorted(wanted):
+        path = os.path.join(folder, name)
+        before[name] = _current(path)  # every file is checked before any is written
+        after[name] = wanted[name] if params['state'] == 'present' else None
+        if before[name] != after[name]:
+            changed.append(path)
+    if changed and not check_mode:
+        if params['state'] == 'present' and not os.path.isdir(folder):
+            _make_folder(folder, entry)
+        for name in sorted(wanted):
+            path = os.path.join(folder, name)
+            if path not in changed:
+                continue
+            if after[name] is None:
+                os.unlink(path)
+                continue
+            _files.write_atomic(path, after[name])
+            os.chmod(path, 0o644)
+            if entry is not None:
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+    container, network = sorted(wanted, key=lambda name: not name.endswith('.container'))
+    spec_name = container[:-len('.container')]
+    return dict(
+        changed=bool(changed), units_dir=folder, written=changed if params['state'] == 'present' else [],
+        removed=changed if params['state'] == 'absent' else [],
+        units=[os.path.join(folder, name) for name in (container, network)],
+        services=['%s.service' % spec_name, '%s-network.service' % network[:-len('.network')]],
+        diff=[dict(before=before[name] or '', after=after[name] or '', before_header=os.path.join(folder, name),
+                   after_header=os.path.join(folder, name)) for name in sorted(wanted)])
+
+
+def _make_folder(folder: str, entry: Optional[Any]) -> None:
+    """Create the unit folder (and the account's parents under its home, owned by the account)."""
+    missing: List[str] = []
+    path = folder
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        os.mkdir(path, 0o755)
+        if entry is not None and path.startswith(entry.pw_dir.rstrip('/') + '/'):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
