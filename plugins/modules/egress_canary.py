@@ -184,6 +184,41 @@ options:
         is a warning naming the pinned version.
     type: path
     version_added: 0.8.0
+  openshell_gateway:
+    description:
+      - An OpenShell gateway (C(host:port)) whose sandbox I(openshell_sandbox) in I(openshell_workspace) runs the
+        openshell venue's jobs. When set, the doctor fetches that sandbox's effective policy (C(GetSandboxConfig),
+        through the C(openshell) package's own gRPC stub) and compares it with what I(deploy_dir)'s current
+        sources render, as for I(openshell_policy) (the C(openshell.gateway_*) lines, docs/openshell.md).
+      - TLS when any of I(openshell_gateway_ca), I(openshell_gateway_cert), I(openshell_gateway_key) is given,
+        plaintext otherwise.
+    type: str
+    version_added: 0.10.0
+  openshell_sandbox:
+    description: The sandbox's name on I(openshell_gateway).
+    type: str
+    version_added: 0.10.0
+  openshell_workspace:
+    description: The sandbox's workspace on I(openshell_gateway).
+    type: str
+    version_added: 0.10.0
+  openshell_gateway_ca:
+    description: The CA that signed the gateway's certificate (PEM).
+    type: path
+    version_added: 0.10.0
+  openshell_gateway_cert:
+    description: The client certificate for mTLS (PEM); with I(openshell_gateway_key).
+    type: path
+    version_added: 0.10.0
+  openshell_gateway_key:
+    description: The client certificate's key (PEM); with I(openshell_gateway_cert).
+    type: path
+    version_added: 0.10.0
+  openshell_gateway_timeout:
+    description: Seconds the fetch may take.
+    type: float
+    default: 30.0
+    version_added: 0.10.0
   squid_mirror:
     description:
       - Ask the Debian mirror for squid's candidate version (C(apt-get update) in a throwaway container of the
@@ -297,8 +332,17 @@ def main():
         credentials_interceptor_name=dict(type='str', default='pi-dispatch-egress-interceptor'),
         credentials_probe_paths=dict(type='dict', default={}),
         openshell_policy=dict(type='path'),
+        openshell_gateway=dict(type='str'),
+        openshell_sandbox=dict(type='str'),
+        openshell_workspace=dict(type='str'),
+        openshell_gateway_ca=dict(type='path'),
+        openshell_gateway_cert=dict(type='path'),
+        openshell_gateway_key=dict(type='path'),
+        openshell_gateway_timeout=dict(type='float', default=30.0),
     )
-    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
+                           required_together=[('openshell_gateway', 'openshell_sandbox', 'openshell_workspace'),
+                                              ('openshell_gateway_cert', 'openshell_gateway_key')])
     deploy_dir = _deployment.module_layout(module).deploy_dir
     try:
         _doctor.check_canary_options(module.params)

@@ -61,6 +61,7 @@ class DoctorContext:
     credentials_interceptor: str = ''       # the credential interceptor (credentials.py; '' its default name)
     credentials_probe_paths: Dict[str, str] = dataclasses.field(default_factory=dict)  # credential -> path
     openshell_policy: Optional[str] = None  # a deployed OpenShell policy file (openshell.py; none: no line)
+    openshell_gateway: Optional[Dict[str, Any]] = None  # a gateway and its sandbox (openshell.py; none: no line)
 
     # --- what the run did (the module reports them) ----------------------------------------------
     actions: List[str] = dataclasses.field(default_factory=list)
@@ -106,6 +107,7 @@ class DoctorContext:
             credentials_interceptor=getattr(options, 'credentials_interceptor', None) or '',
             credentials_probe_paths=dict(getattr(options, 'credentials_probe_paths', None) or {}),
             openshell_policy=getattr(options, 'openshell_policy', None) or None,
+            openshell_gateway=getattr(options, 'openshell_gateway', None) or None,
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',
                                                                       _decisions.DEFAULT_FOLDER),
         )

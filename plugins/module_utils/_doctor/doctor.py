@@ -21,7 +21,7 @@ runs the checks, each a :class:`_doctor.context.Check` with one method,
 * ``overlay.OverlayCheck``, ``decisions.DecisionsCheck``, the isolation lines,
   ``firewall.FirewallCheck``, ``transparent.TransparentCheck``, ``credentials.CredentialsCheck``
   (only when a credential is declared), ``openshell.OpenShellCheck`` (only when ``openshell_policy``
-  names a deployed OpenShell policy file), then the sweep's lines.
+  names a deployed OpenShell policy file or ``openshell_gateway`` a gateway), then the sweep's lines.
 
 The line catalogue is ``lines.py`` (:data:`LINES`, which ``docs/doctor.md`` is
 checked against); the names of the doctor's objects are ``names.py``; the
@@ -124,7 +124,9 @@ class DoctorOptions(object):
     interceptor's container (``credentials.py``; its lines run when the deployment folder declares a
     credential); ``credentials_probe_paths``: credential name -> the path its canary probe asks the bound host.
     ``openshell_policy``: a deployed OpenShell policy file, compared with what the deployment folder's sources
-    render (``openshell.py``; no line when unset).
+    render (``openshell.py``; no line when unset). ``openshell_gateway``: dict(endpoint, sandbox, workspace,
+    ca, cert, key, timeout) of an OpenShell gateway whose sandbox's effective policy is fetched and compared
+    the same way (no line when unset).
     """
 
     def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
@@ -140,9 +142,11 @@ class DoctorOptions(object):
                  gateway: Optional[str] = None, transparent_port: Optional[str] = None,
                  credentials_interceptor: Optional[str] = None,
                  credentials_probe_paths: Optional[Dict[str, str]] = None,
-                 openshell_policy: Optional[str] = None) -> None:
+                 openshell_policy: Optional[str] = None,
+                 openshell_gateway: Optional[Dict[str, Any]] = None) -> None:
         self.proxy = proxy
         self.openshell_policy = openshell_policy
+        self.openshell_gateway = openshell_gateway
         self.credentials_interceptor = credentials_interceptor
         self.credentials_probe_paths = credentials_probe_paths
         self.gateway = gateway
@@ -273,6 +277,16 @@ def check_canary_options(params: dict[str, Any]) -> None:
     check_probe_paths(params.get('credentials_probe_paths'))
 
 
+def openshell_gateway_options(params: dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The gateway the doctor fetches a sandbox's policy from (egress_canary's openshell_* options), or None."""
+    if not params.get('openshell_gateway'):
+        return None
+    return dict(endpoint=params['openshell_gateway'], sandbox=params.get('openshell_sandbox'),
+                workspace=params.get('openshell_workspace'), ca=params.get('openshell_gateway_ca'),
+                cert=params.get('openshell_gateway_cert'), key=params.get('openshell_gateway_key'),
+                timeout=float(params.get('openshell_gateway_timeout') or 30.0))
+
+
 def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = False) -> DoctorOptions:
     """The doctor's options from egress_canary's parsed options."""
     p = params
@@ -288,7 +302,7 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'),
         credentials_interceptor=p.get('credentials_interceptor_name'),
         credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')),
-        openshell_policy=p.get('openshell_policy'))
+        openshell_policy=p.get('openshell_policy'), openshell_gateway=openshell_gateway_options(p))
 
 
 def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -> dict[str, Any]:

@@ -393,6 +393,16 @@ LINES = [
      'this host, and it carries the schema the comparison parses both policies with'),
     ('openshell.unchecked', 'openshell', 'warn',
      'OpenShell policy <path> could not be compared with the sources (<why>)'),
+    # ... and when openshell_gateway names a gateway and a sandbox: the policy it enforces, fetched.
+    ('openshell.gateway_policy', 'openshell', 'ok',
+     'OpenShell policy of <gateway, sandbox, workspace> reads back as the current sources in <deploy_dir> render '
+     '(<n> endpoints, <n> rules)'),
+    ('openshell.gateway_differs', 'openshell', 'fail',
+     'OpenShell policy of <gateway, sandbox, workspace> differs from what the current sources in <deploy_dir> '
+     'render in <n> endpoints: <host:port>: <missing, added or changed>; ...'),
+    ('openshell.gateway_unread', 'openshell', 'fail',
+     'OpenShell policy of <gateway, sandbox, workspace> could not be fetched (<why>), so no job there runs under a '
+     'policy read back'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),

@@ -12,6 +12,11 @@ OpenShell's ``SandboxPolicy`` message, and compared semantically (``_openshell/r
 :func:`compare`): rule names, order, case and defaults do not count, each endpoint that differs
 is named.
 
+With ``openshell_gateway`` (a gateway, a sandbox, a workspace, the TLS files) the same comparison runs
+against the sandbox's effective policy, fetched with ``GetSandboxConfig`` through the ``openshell``
+package's own gRPC stub (``_openshell/gateway.py``): ``openshell.gateway_policy``,
+``openshell.gateway_differs`` (each endpoint named) or ``openshell.gateway_unread``.
+
 Lines: ``openshell.policy`` (the file reads back as the sources render), ``openshell.policy_differs``
 (each endpoint that differs), ``openshell.policy_missing`` (absent, a symlink, unreadable or not a
 policy), ``openshell.untranslatable`` (the sources cannot be rendered: the refused entries),
@@ -27,6 +32,7 @@ from typing import Any, Dict, List
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell import apply as _apply
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell import gateway as _gateway
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell import readback as _readback
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell import schema as _schema
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell import translate as _translate
@@ -53,39 +59,91 @@ def _fix_render(deploy_dir: str, path: str) -> str:
 
 
 class OpenShellCheck(Check):
-    """The deployed OpenShell policy file against the current sources (no line without ``openshell_policy``)."""
+    """The deployed OpenShell policy file, and a gateway's sandbox policy, against the current sources.
+
+    No line without ``openshell_policy`` or ``openshell_gateway``; one line for each that is set.
+    """
 
     def lines(self, ctx: DoctorContext) -> List[Line]:
+        deploy_dir = ctx.deploy_dir or _deployment.DEFAULT_DEPLOY_DIR
+        out = []
         path = getattr(ctx, 'openshell_policy', None)
-        if not path:
-            return []
-        try:
-            return [self.line(ctx.deploy_dir or _deployment.DEFAULT_DEPLOY_DIR, path)]
-        except Exception as exc:  # pylint: disable=broad-except
-            return [Line('openshell.unchecked', 'warn',
-                         'OpenShell policy %s could not be compared with the sources (%s)' % (path, _said(exc)),
-                         fix='run %s deploy_dir=%s compare_with=%s, which says the same with its reason'
-                             % (MODULE, ctx.deploy_dir, path))]
+        if path:
+            out.append(self._guarded(deploy_dir, path, lambda: self.line(deploy_dir, path),
+                                     'compare_with=%s' % path))
+        gateway = getattr(ctx, 'openshell_gateway', None)
+        if gateway:
+            where = gateway_where(gateway)
+            out.append(self._guarded(deploy_dir, where, lambda: self.gateway_line(deploy_dir, gateway),
+                                     'gateway=%s sandbox=%s workspace=%s' % (
+                                         gateway['endpoint'], gateway['sandbox'], gateway['workspace'])))
+        return out
 
     @staticmethod
-    def line(deploy_dir: str, path: str) -> Line:
+    def _guarded(deploy_dir: str, what: str, make: Any, how: str) -> Line:
+        try:
+            return make()
+        except Exception as exc:  # pylint: disable=broad-except
+            return Line('openshell.unchecked', 'warn',
+                        'OpenShell policy %s could not be compared with the sources (%s)' % (what, _said(exc)),
+                        fix='run %s deploy_dir=%s %s, which says the same with its reason' % (MODULE, deploy_dir, how))
+
+    @staticmethod
+    def _render(deploy_dir: str, what: str, fix_tail: str) -> Any:
+        """The policy the sources render, or the line that says why there is none."""
         if not _schema.available():
             return Line('openshell.package_missing', 'warn',
                         'OpenShell policy %s not compared: the Python package %s (pinned %s) cannot be imported '
                         'on this host, and it carries the schema the comparison parses both policies with'
-                        % (path, _schema.PACKAGE, _schema.PINNED_VERSION),
+                        % (what, _schema.PACKAGE, _schema.PINNED_VERSION),
                         fix='%s (Python 3.11 or later) on the host that runs the doctor' % _schema.INSTALL)
         try:
             run = _apply.PolicyRun(render_params(), _deployment.Layout(deploy_dir))
-            rendered = run.render()
+            return run.render()
         except _apply.PolicyFailed as exc:
             refused = exc.extra.get('refused') or []
-            what = '; '.join('%s: %s: %s' % (r['where'], r['entry'], r['reason']) for r in refused) or _said(exc)
+            said = '; '.join('%s: %s: %s' % (r['where'], r['entry'], r['reason']) for r in refused) or _said(exc)
             return Line('openshell.untranslatable', 'fail',
                         'OpenShell policy cannot be rendered from the current sources in %s, so %s cannot be '
-                        'checked and the openshell venue refuses every job: %s' % (deploy_dir, path, what),
+                        'checked and the openshell venue refuses every job: %s' % (deploy_dir, what, said),
                         fix=('; '.join(r['fix'] for r in refused) if refused else
-                             'correct the sources as the message says') + ', then ' + _fix_render(deploy_dir, path))
+                             'correct the sources as the message says') + ', then ' + fix_tail)
+
+    @staticmethod
+    def gateway_line(deploy_dir: str, gateway: Dict[str, Any]) -> Line:
+        """The sandbox's effective policy, fetched from the gateway, against what the sources render."""
+        where = gateway_where(gateway)
+        fix = ('run %s with deploy_dir %s and dest set, then load it into the sandbox (openshell policy set '
+               '--policy <file>, on %s)' % (MODULE, deploy_dir, where))
+        rendered = OpenShellCheck._render(deploy_dir, where, fix)
+        if isinstance(rendered, Line):
+            return rendered
+        try:
+            _where, fetched = _gateway.fetch(gateway['endpoint'], gateway['sandbox'], gateway['workspace'],
+                                             timeout=gateway.get('timeout') or _gateway.DEFAULT_TIMEOUT,
+                                             ca_path=gateway.get('ca'), cert_path=gateway.get('cert'),
+                                             key_path=gateway.get('key'))
+        except _gateway.GatewayError as exc:
+            return Line('openshell.gateway_unread', 'fail',
+                        'OpenShell policy of %s could not be fetched (%s), so no job there runs under a policy read '
+                        'back' % (where, _said(exc)),
+                        fix='check the gateway address, the sandbox and workspace names and the TLS files '
+                            '(doctor_openshell_gateway and its companions), then re-run doctor')
+        differences = _readback.compare(rendered, fetched)
+        if differences:
+            return Line('openshell.gateway_differs', 'fail',
+                        'OpenShell policy of %s differs from what the current sources in %s render in %d endpoint%s: '
+                        '%s' % (where, deploy_dir, len(differences), '' if len(differences) == 1 else 's',
+                                '; '.join(str(d) for d in differences)), fix=fix)
+        return Line('openshell.gateway_policy', 'ok',
+                    'OpenShell policy of %s reads back as the current sources in %s render (%d endpoints, %d rules)'
+                    % (where, deploy_dir, len(_readback.endpoint_map(rendered)), len(rendered.network_policies)))
+
+    @staticmethod
+    def line(deploy_dir: str, path: str) -> Line:
+        rendered = OpenShellCheck._render(deploy_dir, path, _fix_render(deploy_dir, path))
+        if isinstance(rendered, Line):
+            return rendered
         problem = _read(path)
         if isinstance(problem, str):
             return Line('openshell.policy_missing', 'fail',
@@ -102,6 +160,11 @@ class OpenShellCheck(Check):
         return Line('openshell.policy', 'ok',
                     'OpenShell policy %s reads back as the current sources in %s render (%d endpoints, %d rules)'
                     % (path, deploy_dir, count, len(rendered.network_policies)))
+
+
+def gateway_where(gateway: Dict[str, Any]) -> str:
+    """How a line names the gateway's sandbox (as ``_openshell/gateway.py`` names it)."""
+    return 'gateway %s, sandbox %s in workspace %s' % (gateway['endpoint'], gateway['sandbox'], gateway['workspace'])
 
 
 def _read(path: str) -> Any:

@@ -319,7 +319,8 @@ def test_the_doctor_runs_the_check_and_the_catalogue_has_its_group():
     assert ('openshell', 'OpenShell policy') in _lines.GROUPS
     ids = [item[0] for item in _lines.LINES if item[1] == 'openshell']
     assert ids == ['openshell.policy', 'openshell.policy_differs', 'openshell.policy_missing',
-                   'openshell.untranslatable', 'openshell.package_missing', 'openshell.unchecked']
+                   'openshell.untranslatable', 'openshell.package_missing', 'openshell.unchecked',
+                   'openshell.gateway_policy', 'openshell.gateway_differs', 'openshell.gateway_unread']
 
 
 def test_the_option_reaches_the_context():
@@ -355,3 +356,88 @@ def test_egress_canary_documents_the_option_as_its_argument_spec(monkeypatch):
     doc = yaml.safe_load(_canary.DOCUMENTATION)['options']['openshell_policy']
     assert captured['openshell_policy'] == dict(type='path')
     assert doc['type'] == 'path' and 'default' not in doc and doc['version_added'] == '0.8.0'
+
+
+# --- the gateway's sandbox policy, fetched from a fake gateway (the package's own gRPC stubs) -----------------
+
+def _gateway_ctx(folder, endpoint, sandbox='job-1', workspace='pi', **tls):
+    gateway = dict(endpoint=endpoint, sandbox=sandbox, workspace=workspace, ca=None, cert=None, key=None, timeout=5)
+    gateway.update(tls)
+    return DoctorContext(client=None, proxy='p', deploy_dir=str(folder), probe_image='i', pid=1, environ={},
+                         openshell_gateway=gateway)
+
+
+def _rendered(folder):
+    return _apply.PolicyRun(_openshell.render_params(), _deployment.Layout(str(folder))).render()
+
+
+@needs_schema
+def test_the_gateway_policy_that_reads_back_as_rendered_passes(tmp_path, fake_gateway):
+    folder = _folder(tmp_path)
+    fake_gateway.policies[('pi', 'job-1')] = _rendered(folder)
+    lines = _openshell.OpenShellCheck().lines(_gateway_ctx(folder, fake_gateway.endpoint))
+    assert [(line.id, line.status) for line in lines] == [('openshell.gateway_policy', 'ok')], lines
+    assert 'gateway %s, sandbox job-1 in workspace pi' % fake_gateway.endpoint in lines[0].message
+    assert fake_gateway.requests == [('pi', 'job-1')]
+
+
+@needs_schema
+def test_a_gateway_policy_missing_one_endpoint_is_named(tmp_path, fake_gateway):
+    folder = _folder(tmp_path)
+    served = _rendered(folder)
+    for rule in served.network_policies.values():
+        kept = [e for e in rule.endpoints if e.host != 'registry.npmjs.org']
+        del rule.endpoints[:]
+        rule.endpoints.extend(kept)
+    fake_gateway.policies[('pi', 'job-1')] = served
+    lines = _openshell.OpenShellCheck().lines(_gateway_ctx(folder, fake_gateway.endpoint))
+    assert [(line.id, line.status) for line in lines] == [('openshell.gateway_differs', 'fail')], lines
+    assert 'registry.npmjs.org:443: missing' in lines[0].message, lines[0].message
+    assert 'openshell policy set' in lines[0].fix
+
+
+@needs_schema
+@pytest.mark.parametrize('sandbox, serve, words', [
+    ('job-2', False, 'NOT_FOUND: sandbox job-2 not found'),
+    ('job-3', True, "no policy (configuration_error: 'not admitted yet')"),
+])
+def test_a_gateway_that_cannot_give_the_policy_fails_naming_why(tmp_path, fake_gateway, sandbox, serve, words):
+    folder = _folder(tmp_path)
+    if serve:
+        fake_gateway.serve('pi', sandbox, None)
+    lines = _openshell.OpenShellCheck().lines(_gateway_ctx(folder, fake_gateway.endpoint, sandbox=sandbox))
+    assert [(line.id, line.status) for line in lines] == [('openshell.gateway_unread', 'fail')], lines
+    assert words in lines[0].message and 'no job there runs under a policy read back' in lines[0].message
+
+
+@needs_schema
+def test_an_unreadable_tls_file_is_a_gateway_line_before_any_call(tmp_path, fake_gateway):
+    folder = _folder(tmp_path)
+    lines = _openshell.OpenShellCheck().lines(_gateway_ctx(folder, fake_gateway.endpoint,
+                                                           ca=str(tmp_path / 'absent-ca.pem')))
+    assert [(line.id, line.status) for line in lines] == [('openshell.gateway_unread', 'fail')], lines
+    assert 'absent-ca.pem cannot be read' in lines[0].message and fake_gateway.requests == []
+
+
+@needs_schema
+def test_the_file_and_the_gateway_give_a_line_each(tmp_path, fake_gateway):
+    folder = _folder(tmp_path)
+    policy = _deploy(folder)
+    fake_gateway.policies[('pi', 'job-1')] = _rendered(folder)
+    ctx = _gateway_ctx(folder, fake_gateway.endpoint)
+    ctx.openshell_policy = str(policy)
+    lines = _openshell.OpenShellCheck().lines(ctx)
+    assert [line.id for line in lines] == ['openshell.policy', 'openshell.gateway_policy']
+
+
+def test_the_gateway_options_reach_the_context():
+    params = dict(openshell_gateway='gw.test:8080', openshell_sandbox='s', openshell_workspace='w',
+                  openshell_gateway_ca='/ca.pem', openshell_gateway_cert=None, openshell_gateway_key=None,
+                  openshell_gateway_timeout=7.0)
+    gateway = _doctor.openshell_gateway_options(params)
+    assert gateway == dict(endpoint='gw.test:8080', sandbox='s', workspace='w', ca='/ca.pem', cert=None, key=None,
+                           timeout=7.0)
+    options = _doctor.DoctorOptions('p', '/d', 'i', openshell_gateway=gateway)
+    assert DoctorContext.build(None, options).openshell_gateway == gateway
+    assert _doctor.openshell_gateway_options(dict(openshell_gateway=None)) is None
+    assert DoctorContext.build(None, _doctor.DoctorOptions('p', '/d', 'i')).openshell_gateway is None

@@ -30,45 +30,6 @@ def _policy(text=SEED):
     return _translate.translate(_allowlist.parse(text, '/d/egress-allowlist.conf')).policy
 
 
-class FakeGateway(object):
-    """GetSandboxConfig answered from ``policies`` ({(workspace, name): SandboxPolicy}); every request recorded."""
-
-    def __init__(self):
-        from concurrent import futures
-        from openshell._proto import openshell_pb2_grpc, sandbox_pb2
-
-        self.policies = {}
-        self.requests = []
-        gateway = self
-
-        class Servicer(openshell_pb2_grpc.OpenShellServicer):
-            def GetSandboxConfig(self, request, context):  # noqa: N802 - the service's method name
-                gateway.requests.append((request.workspace_scope.workspace, request.name))
-                key = (request.workspace_scope.workspace, request.name)
-                if key not in gateway.policies:
-                    context.abort(grpc.StatusCode.NOT_FOUND, 'sandbox %s not found' % request.name)
-                policy = gateway.policies[key]
-                if policy is None:
-                    return sandbox_pb2.GetSandboxConfigResponse(configuration_error='not admitted yet')
-                return sandbox_pb2.GetSandboxConfigResponse(policy=policy, version=3, policy_hash='h')
-
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        openshell_pb2_grpc.add_OpenShellServicer_to_server(Servicer(), self.server)
-        self.port = self.server.add_insecure_port('127.0.0.1:0')
-        self.endpoint = '127.0.0.1:%d' % self.port
-        self.server.start()
-
-    def serve(self, workspace, name, policy):
-        self.policies[(workspace, name)] = _schema.parse(policy, 'served') if policy is not None else None
-
-
-@pytest.fixture
-def fake_gateway():
-    gateway = FakeGateway()
-    yield gateway
-    gateway.server.stop(None)
-
-
 def test_the_policy_is_fetched_through_the_package_stub(fake_gateway):
     fake_gateway.serve('pi', 'job-1', _policy())
     where, message = _gateway.fetch(fake_gateway.endpoint, 'job-1', 'pi', timeout=5)
