@@ -79,11 +79,9 @@ refusals:
   elements: dict
 '''
 
-import os
-import pwd
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import account as _account
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import containers_conf as _conf
 
 
@@ -106,11 +104,9 @@ def main():
         home = params['home']
         if not home:
             try:
-                entry = pwd.getpwnam(params['account']) if params['account'] else pwd.getpwuid(os.getuid())
-            except KeyError:
-                module.fail_json(msg='account %r does not exist on this host; create it first, or set home'
-                                     % params['account'], **result)
-            home = entry.pw_dir
+                home = _account.entry(params['account']).pw_dir
+            except _account.AccountError as exc:
+                module.fail_json(msg='%s, or set home' % exc, **result)
         environ = dict((str(k), str(v)) for k, v in (params['account_env'] or {}).items())
         paths = _conf.account_files(home, environ, rootless=params['rootless'])
     try:

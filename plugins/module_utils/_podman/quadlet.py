@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Sequence, Tuple
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
+
 MANAGED = '# Managed by pi_dispatch.egress (egress_podman_units): edits are replaced on the next run.'
 NS = 1000000000
 # Where Quadlet reads units: the system's, and a rootless account's (under its home).
@@ -52,18 +54,14 @@ def seconds(nanoseconds: int) -> str:
     return '%ds' % (value // NS)
 
 
-def network_name(spec: Dict[str, Any]) -> str:
-    return spec['network']
-
-
 def unit_names(spec: Dict[str, Any]) -> Tuple[str, str]:
     """(container unit file, network unit file) names; systemd's services are <name>.service and <net>-network."""
-    return '%s.container' % spec['name'], '%s.network' % network_name(spec)
+    return '%s.container' % spec['name'], '%s.network' % spec['network']
 
 
 def service_names(spec: Dict[str, Any]) -> Tuple[str, str]:
     """The services Quadlet generates from the two files."""
-    return '%s.service' % spec['name'], '%s-network.service' % network_name(spec)
+    return '%s.service' % spec['name'], '%s-network.service' % spec['network']
 
 
 def for_unit(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -74,7 +72,7 @@ def for_unit(spec: Dict[str, Any]) -> Dict[str, Any]:
 def network_unit(spec: Dict[str, Any], internal: bool, labels: Dict[str, str]) -> str:
     """The ``.network`` file of the proxy's upstream network (named as the spec names it)."""
     lines = [MANAGED, '[Unit]', 'Description=pi-dispatch egress: the proxy\'s upstream network %s'
-             % network_name(spec), '', '[Network]', 'NetworkName=%s' % network_name(spec)]
+             % spec['network'], '', '[Network]', 'NetworkName=%s' % spec['network']]
     if internal:
         lines.append('Internal=true')
     lines += ['Label=%s=%s' % (key, value) for key, value in sorted(labels.items())]
@@ -92,7 +90,9 @@ def _podman_args(spec: Dict[str, Any]) -> List[str]:
     args += ['--memory=%d' % spec['memory'], '--memory-swap=%d' % spec['memory'],
              '--pids-limit=%d' % spec['pids_limit']]
     log = spec.get('create_log_config') or spec['log_config']
-    args.append('--log-driver=%s' % ('k8s-file' if log['type'] == 'json-file' else log['type']))
+    # The spec says Docker's json-file; Podman's own driver for it comes from the venue table.
+    driver = _venue.VENUES[_venue.PODMAN]['log_driver'] if log['type'] == 'json-file' else log['type']
+    args.append('--log-driver=%s' % driver)
     for key, value in sorted((log.get('config') or {}).items()):
         args.append('--log-opt=%s=%s' % (key, value))
     for entry in spec['extra_hosts']:
@@ -112,7 +112,7 @@ def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
     lines = [MANAGED, '[Unit]', 'Description=pi-dispatch egress proxy %s (squid, the allowlist)' % spec['name'], '',
              '[Container]', 'ContainerName=%s' % spec['name'], 'Image=%s' % spec['image'],
              'Exec=%s' % words(spec['command'])]
-    for net in [network_name(spec) + '.network'] + list(spec.get('extra_networks') or []):
+    for net in [spec['network'] + '.network'] + list(spec.get('extra_networks') or []):
         lines.append('Network=%s' % net)
     for source, target in spec['mounts']:
         lines.append('Volume=%s:%s:ro' % (source, target))

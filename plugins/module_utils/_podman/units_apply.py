@@ -13,12 +13,12 @@ systemd (``daemon-reload``, start, restart) is the role's, not this module's.
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import account as _account
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import quadlet as _quadlet
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
@@ -37,9 +37,9 @@ def units_dir(scope: str, account: Optional[str], given: Optional[str]) -> Tuple
         if not account:
             raise UnitsError('scope user needs account (the service account whose Podman runs the proxy)')
         try:
-            entry = pwd.getpwnam(account)
-        except KeyError:
-            raise UnitsError('account %r does not exist on this host; create it first' % account) from None
+            entry = _account.entry(account)
+        except _account.AccountError as exc:
+            raise UnitsError(str(exc)) from None
     if given:
         return given, entry
     if scope == 'user':
@@ -63,13 +63,13 @@ def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[st
     return _quadlet.for_unit(spec)
 
 
-def wanted_files(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[str, str]:
-    """{file name: content} of the two units for the module's options."""
+def wanted_files(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """(the shape, {file name: content} of the two units) for the module's options."""
     spec = wanted_spec(params, deploy_paths)
     container, network = _quadlet.unit_names(spec)
     try:
-        return {container: _quadlet.container_unit(spec, params['scope']),
-                network: _quadlet.network_unit(spec, params['network_internal'], UPSTREAM_LABELS)}
+        return spec, {container: _quadlet.container_unit(spec, params['scope']),
+                      network: _quadlet.network_unit(spec, params['network_internal'], UPSTREAM_LABELS)}
     except _quadlet.QuadletError as exc:
         raise UnitsError(str(exc)) from None
 
@@ -94,7 +94,7 @@ def apply(params: Dict[str, Any], deploy_paths: Dict[str, str], check_mode: bool
     folder, entry = units_dir(params['scope'], params.get('account'), params.get('units_dir'))
     if os.path.islink(folder):
         raise UnitsError('%s is a symlink; the unit folder is refused rather than followed' % folder)
-    wanted = wanted_files(params, deploy_paths)
+    spec, wanted = wanted_files(params, deploy_paths)
     before, after, changed = {}, {}, []
     for name in sorted(wanted):
         path = os.path.join(folder, name)
@@ -116,13 +116,11 @@ def apply(params: Dict[str, Any], deploy_paths: Dict[str, str], check_mode: bool
             os.chmod(path, 0o644)
             if entry is not None:
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-    container, network = sorted(wanted, key=lambda name: not name.endswith('.container'))
-    spec_name = container[:-len('.container')]
     return dict(
         changed=bool(changed), units_dir=folder, written=changed if params['state'] == 'present' else [],
         removed=changed if params['state'] == 'absent' else [],
-        units=[os.path.join(folder, name) for name in (container, network)],
-        services=['%s.service' % spec_name, '%s-network.service' % network[:-len('.network')]],
+        units=[os.path.join(folder, name) for name in _quadlet.unit_names(spec)],
+        services=list(_quadlet.service_names(spec)),
         diff=[dict(before=before[name] or '', after=after[name] or '', before_header=os.path.join(folder, name),
                    after_header=os.path.join(folder, name)) for name in sorted(wanted)])
 
