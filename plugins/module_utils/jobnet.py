@@ -131,6 +131,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.prefli
     GATEWAY_STOPPED,
     INTERCEPTOR_MISSING,
     INTERCEPTOR_STOPPED,
+    MCP_SERVER_REFUSED,
+    MCP_VERDICTS,
     TRANSPARENT_VERDICTS,
     PROXY_MISSING,
     PROXY_STOPPED,
@@ -166,7 +168,9 @@ def proxy_family(client: Any, proxy_name: str = PROXY_NAME) -> List[_shards.Memb
 # 3.2: credential placeholders (create_job_network's and teardown_job_network's credentials_dir;
 # JobNetwork.ca_mounts, mounted by run_args; preflight's credentials_dir and interceptor_name, with
 # CREDENTIAL_VERDICTS given only when credentials_dir is passed).
-API_VERSION = '3.2'
+# 3.3: a job's MCP servers (preflight's mcp_json and deploy_dir, with MCP_VERDICTS given only when mcp_json
+# is passed).
+API_VERSION = '3.3'
 
 __all__ = [
     'API_VERSION',
@@ -174,6 +178,7 @@ __all__ = [
     'preflight', 'lazy_client', 'Verdict', 'VERDICTS', 'ADMIT', 'PROXY_STOPPED', 'PROXY_MISSING',
     'ENGINE_UNAVAILABLE', 'GATEWAY_MISSING', 'GATEWAY_STOPPED', 'TRANSPARENT_VERDICTS',
     'CREDENTIAL_UNAVAILABLE', 'INTERCEPTOR_MISSING', 'INTERCEPTOR_STOPPED', 'CREDENTIAL_VERDICTS',
+    'MCP_SERVER_REFUSED', 'MCP_VERDICTS',
     # create and teardown
     'create_job_network', 'teardown_job_network', 'inspect_job_network', 'JobNetwork', 'CREATE_ATTEMPTS',
     # proxy shards

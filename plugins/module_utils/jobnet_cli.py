@@ -97,6 +97,8 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument('--disabled', action='store_true', help='the egress policy is off: admit, ask no daemon')
     check.add_argument('--mode', choices=jobnet.MODES, default=jobnet.EXPLICIT,
                        help='transparent: the gateway must run too')
+    check.add_argument('--mcp-json', help='the job\'s mcp.json: each enabled MCP server must be one the proxy carries')
+    check.add_argument('--deploy-dir', help='the deployment folder whose allowlist and model endpoints judge it')
 
     sweep = sub.add_parser('sweep', help='remove the job networks a dead worker left behind')
     sweep.add_argument('--min-age', type=int, default=300, help='seconds a network must have lived')
@@ -127,7 +129,8 @@ def run_preflight(args: argparse.Namespace, connect: Callable[[argparse.Namespac
     # One inspect and no ping: the client is built only when the policy is on (lazy_client).
     client = jobnet.lazy_client(args.docker_host, args.timeout) if connect is _client else (lambda: connect(args))
     verdict = jobnet.preflight(client, proxy_name=args.proxy, enabled=not args.disabled,
-                               docker_host=args.docker_host, mode=args.mode, gateway_name=args.gateway)
+                               docker_host=args.docker_host, mode=args.mode, gateway_name=args.gateway,
+                               mcp_json=args.mcp_json, deploy_dir=args.deploy_dir)
     return dict(verdict.as_dict(), admitted=verdict.admitted)
 
 

@@ -219,6 +219,37 @@ options:
     type: float
     default: 30.0
     version_added: 0.10.0
+  forge_urls:
+    description:
+      - Name -> URL of each forge a job pushes to and fetches from, for example C(GITLAB_URL) ->
+        C(https://gitlab.example.com). Each gets a line in the C(forge) group, a warning unless it is
+        C(https://) on port 443 with its host in the allowlist, naming why (git ignores C(HTTP_PROXY) for an
+        C(http://) remote; the proxy refuses a C(CONNECT) to any port but 443).
+      - Empty (the default), the doctor reads C(GITLAB_URL) and C(FORGEJO_URL) from the environment it runs in; no
+        line when neither is set. A user or password in a URL is never shown.
+    type: dict
+    default: {}
+    version_added: 0.11.0
+  mcp_json:
+    description:
+      - The overlay's C(mcp.json) (the MCP servers jobs connect), read as pi reads it. Each enabled server is judged
+        as the preflight judges a job's (a failing line for one a job naming it would be refused for, a warning for a
+        package runner whose registry is not listed).
+      - A declared model endpoint that only an enabled MCP server uses, and no model in I(models_json), is probed as
+        an "MCP server endpoint", whose tunnel line passes on any answer through the tunnel (such a server does not
+        serve C(/v1/models); an https:// one closing the plain request passes too).
+    type: path
+    version_added: 0.11.0
+  enabled:
+    description:
+      - Whether the egress layer is on. C(false) is the seed's C(PI_EGRESS=0) posture, jobs on the default network
+        with the whole network in front of them.
+      - With C(false) no engine is contacted (the daemon options are not used) and the report is one warning,
+        C(egress.off); with I(openshell_policy) or I(openshell_gateway) set it is one failure instead,
+        C(egress.off_openshell), because that venue's policy is its egress control.
+    type: bool
+    default: true
+    version_added: 0.11.0
   squid_mirror:
     description:
       - Ask the Debian mirror for squid's candidate version (C(apt-get update) in a throwaway container of the
@@ -307,6 +338,9 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet a
 
 def main():
     argument_spec = dict(
+        enabled=dict(type='bool', default=True),
+        forge_urls=dict(type='dict', default={}),
+        mcp_json=dict(type='path'),
         proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
         deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         probe_image=dict(type='str', required=True),
@@ -343,6 +377,8 @@ def main():
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_together=[('openshell_gateway', 'openshell_sandbox', 'openshell_workspace'),
                                               ('openshell_gateway_cert', 'openshell_gateway_key')])
+    if not module.params['enabled']:
+        module.exit_json(**_doctor.off_result(module.params))  # no engine is asked (docs/doctor.md, Egress off)
     deploy_dir = _deployment.module_layout(module).deploy_dir
     try:
         _doctor.check_canary_options(module.params)

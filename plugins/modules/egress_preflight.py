@@ -66,6 +66,20 @@ options:
     type: str
     default: pi-dispatch-egress-interceptor
     version_added: 0.6.0
+  mcp_json:
+    description:
+      - The job's C(mcp.json) (its MCP servers, read as pi reads it; comments and trailing commas are fine).
+      - Every enabled server with a C(url) must be C(https://) on 443 to a host the allowlist of I(deploy_dir) lists,
+        or exactly the host and port of a declared model endpoint; otherwise the verdict is
+        C(egress-mcp-server-refused), naming each server and why, decided from the files before the daemon is
+        asked. A package runner (npx, uvx) whose registry is not listed is said in the admitted message.
+    type: path
+    version_added: 0.11.0
+  deploy_dir:
+    description: The deployment folder whose allowlist and model endpoints judge I(mcp_json).
+    type: path
+    default: /opt/pi-dispatch/egress
+    version_added: 0.11.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -88,7 +102,8 @@ EXAMPLES = r'''
 RETURN = r'''
 verdict:
   description: One of admit, egress-proxy-stopped, egress-proxy-missing, engine-unavailable, and for I(mode=transparent)
-    egress-gateway-stopped, egress-gateway-missing.
+    egress-gateway-stopped, egress-gateway-missing; with I(credentials_dir) the credential verdicts, with I(mcp_json)
+    egress-mcp-server-refused.
   returned: always
   type: str
   sample: admit
@@ -126,6 +141,8 @@ def main():
         gateway_name=dict(type='str', default=_jobnet.GATEWAY_NAME),
         credentials_dir=dict(type='path'),
         interceptor_name=dict(type='str', default='pi-dispatch-egress-interceptor'),
+        mcp_json=dict(type='path'),
+        deploy_dir=dict(type='path', default='/opt/pi-dispatch/egress'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -137,7 +154,8 @@ def main():
     verdict = _jobnet.preflight(_jobnet.lazy_client(p['docker_host'], p['docker_timeout'], **dc.tls_options(p)),
                                 proxy_name=p['proxy_name'], enabled=p['enabled'], docker_host=p['docker_host'],
                                 mode=p['mode'], gateway_name=p['gateway_name'], credentials_dir=p['credentials_dir'],
-                                interceptor_name=p['interceptor_name'])
+                                interceptor_name=p['interceptor_name'], mcp_json=p['mcp_json'],
+                                deploy_dir=p['deploy_dir'])
     result = dict(changed=False, admitted=verdict.admitted, **verdict.as_dict())
     if p['fail_on_refusal'] and not verdict.admitted:
         module.fail_json(msg=verdict.message, **result)

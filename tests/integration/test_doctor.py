@@ -71,9 +71,22 @@ def _no_doctor_objects_of(client, pid):
     return [n for n in nets if n == 'pi-dispatch-egress-doctor-%d' % pid]
 
 
+FORGE_TOKEN = 'glpat-forge-SECRET-0123456789'
+
+
 def test_healthy_deployment_all_pass(egress_env, tmp_path):
-    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'healthy')
+    # Forges (seed 000): https:// on 443 and listed passes; http:// and another port warn and say why. A token in
+    # a URL is never shown. Warnings never fail the play.
+    forges = {'forge': 'https://oauth2:%s@api.provider.test/group' % FORGE_TOKEN,
+              'GITLAB_URL': 'http://gitlab.forge.test', 'FORGEJO_URL': 'https://api.provider.test:8443'}
+    rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'healthy', doctor_forge_urls=forges)
     assert rc == 0, out[-4000:]
+    assert by_id['forge.ok']['status'] == 'ok', by_id['forge.ok']
+    assert 'forge https://api.provider.test/group' in by_id['forge.ok']['message']
+    assert by_id['forge.http']['status'] == 'warn' and 'GITLAB_URL' in by_id['forge.http']['message']
+    assert 'git ignores HTTP_PROXY' in by_id['forge.http']['message']
+    assert by_id['forge.port']['status'] == 'warn' and 'port 8443' in by_id['forge.port']['message']
+    assert FORGE_TOKEN not in out and FORGE_TOKEN not in (tmp_path / 'healthy.jsonl').read_text()
     for line_id in ('proxy.running', 'proxy.health', 'proxy.rules', 'canary.provider', 'canary.deny',
                     'canary.plain', 'canary.sni', 'canary.tunnel_plain'):
         assert by_id[line_id]['status'] == 'ok', (line_id, by_id.get(line_id), out[-4000:])
@@ -310,18 +323,51 @@ MODELS_JSON = """// the overlay a worker reads (comments and trailing commas are
 """
 
 
+MCP_JSON = """// the job's MCP servers, read as pi reads them
+{"mcpServers": {
+  "tls": {"url": "https://models.test:8443/mcp"},
+  "docs": {"url": "https://api.provider.test/mcp", "headers": {"Authorization": "Bearer sk-never-shown"},},
+  "off": {"url": "https://unlisted.test/mcp", "enabled": false},
+}}
+"""
+
+
+def test_a_job_naming_an_unreachable_mcp_server_is_refused_before_it_starts(egress_env, tmp_path):
+    """The preflight given the job's mcp.json (API 3.3), against the session's deployment and its running proxy."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
+    mcp = tmp_path / 'mcp.json'
+    mcp.write_text('{"mcpServers": {"docs": {"url": "https://api.provider.test/mcp"}, '
+                   '"tracker": {"url": "https://tracker.unlisted.test/mcp"}}}')
+    v = jn.preflight(egress_env.client, proxy_name=egress_env.proxy, mcp_json=str(mcp),
+                     deploy_dir=egress_env.deploy_dir)
+    assert v.verdict == jn.MCP_SERVER_REFUSED and not v.retryable, v
+    assert "MCP server 'tracker' (https://tracker.unlisted.test/mcp)" in v.message and "'docs'" not in v.message
+    # What the proxy does with each, from a job network: the listed one answers, the refused one gets squid's 403.
+    assert egress_env.curl(['https://api.provider.test/mcp'])['code'] == 401
+    assert egress_env.curl(['https://tracker.unlisted.test/mcp'])['connect'] == 403
+    mcp.write_text('{"mcpServers": {"docs": {"url": "https://api.provider.test/mcp"}, '
+                   '"tracker": {"url": "https://tracker.unlisted.test/mcp", "disabled": true}}}')
+    v = jn.preflight(egress_env.client, proxy_name=egress_env.proxy, mcp_json=str(mcp),
+                     deploy_dir=egress_env.deploy_dir)
+    assert v.verdict == jn.ADMIT and '1 MCP server carried by the proxy' in v.message, v
+
+
 def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
     """Declared endpoints on this file's own proxy: one served (models.test:8080), one where nothing listens."""
+    # mcp-tls: the fake's TLS port, used only by an MCP server of the overlay's mcp.json (issue 31).
     endpoints = [{'id': 'fake-http', 'host': 'models.test', 'port': 8080, 'slots': 1, 'keyless': True},
-                 {'id': 'down', 'host': 'models.test', 'port': 9099, 'slots': 1}]
+                 {'id': 'down', 'host': 'models.test', 'port': 9099, 'slots': 1},
+                 {'id': 'mcp-tls', 'host': 'models.test', 'port': 8443, 'slots': 1}]
     rc, out, _recap = run_playbook('playbooks/endpoints.yml', {
         'egress_deploy_dir': own_proxy, 'egress_proxy_name': OWN_PROXY, 'egress_model_endpoints': endpoints})
     assert rc == 0, out[-4000:]
     overlay = tmp_path / 'models.json'
     overlay.write_text(MODELS_JSON)
+    mcp = tmp_path / 'mcp.json'
+    mcp.write_text(MCP_JSON)
     rc, out, by_id, lines = run_doctor(egress_env, tmp_path, 'endpoints', egress_proxy_name=OWN_PROXY,
                                        egress_deploy_dir=own_proxy, doctor_models_json=str(overlay),
-                                       doctor_isolation=False)
+                                       doctor_mcp_json=str(mcp), doctor_isolation=False)
     assert rc == 0, out[-4000:]  # warnings only
     assert by_id['endpoints.include']['status'] == 'ok', lines
 
@@ -342,6 +388,16 @@ def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
     assert down['status'] == 'warn' and '503' in down['message'] and down['fix']
     assert 'models.test:9100' in of('endpoint.port_exact', 'down')['message']
     assert of('endpoint.plain', 'down')['status'] == 'ok'
+    # The endpoint only an MCP server uses: the TLS server closes the probe's plain request, which passes for an
+    # MCP server endpoint (a model endpoint would warn, as the unit table shows); its other lines are named so too.
+    mcp_tunnel = [line for line in lines if line['id'] == 'endpoint.mcp_tunnel']
+    assert len(mcp_tunnel) == 1 and mcp_tunnel[0]['status'] == 'ok', lines
+    assert mcp_tunnel[0]['message'].startswith('MCP server endpoint mcp-tls answers through the proxy')
+    assert 'as a TLS server does' in mcp_tunnel[0]['message'] or ': 4' in mcp_tunnel[0]['message'], mcp_tunnel
+    assert [line['status'] for line in lines if line['message'].startswith('MCP server endpoint mcp-tls')] == \
+        ['ok', 'ok', 'ok'], lines
+    assert by_id['overlay.mcp_ok']['status'] == 'ok' and 'tls (is the declared model endpoint mcp-tls' in \
+        by_id['overlay.mcp_ok']['message'], by_id['overlay.mcp_ok']
     # The overlay against the declaration.
     assert by_id['overlay.uses']['status'] == 'ok' and 'fake-http' in by_id['overlay.uses']['message']
     assert by_id['overlay.keyless']['status'] == 'ok' and 'local-fake' in by_id['overlay.keyless']['message']

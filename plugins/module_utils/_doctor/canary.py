@@ -27,12 +27,14 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import (
     ISOLATION_CONNECT_TIMEOUT, isolation_skipped)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.mcp import mcp_only_endpoints
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
     LABEL, NETWORK_PREFIX, PEERS, endpoint_probe_name, network_name, peer_name, probe_name, probe_shard,
     shard_network_name)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import (
-    ENDPOINT_PROBE_LABELS, ENDPOINT_PROBES, PROBES, classify_deny, classify_endpoint_plain, classify_endpoint_port,
-    classify_endpoint_tunnel, classify_plain, classify_provider, endpoint_notrun_line, endpoint_targets, notrun_line)
+    ENDPOINT_PROBE_LABELS, ENDPOINT_PROBES, PROBES, as_mcp, classify_deny, classify_endpoint_plain,
+    classify_endpoint_port, classify_endpoint_tunnel, classify_mcp_tunnel, classify_plain, classify_provider,
+    endpoint_notrun_line, endpoint_targets, notrun_line)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.shards import (
     ShardLane, probed_shards, setup_lanes, shard_notrun_lines, shard_setup_line, shards_serving_line, through_shard)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.tls import classify_tls_check
@@ -121,14 +123,19 @@ def classify_endpoints(ctx: DoctorContext, jobs: list, results: dict, prefix: st
     """The endpoint lines (keys ``<prefix><key>``); ``container`` (default the proxy) completes the fixes."""
     lines = []
     wait = ctx.endpoint_timeout + ctx.start_grace + 15
+    mcp_only = mcp_only_endpoints(ctx)  # endpoints only an MCP server uses: any answer through the tunnel passes
     for key, endpoint, kind, url, _tunnel in jobs:
         parsed, why = results.get(prefix + key, (None, 'it did not finish within %ss' % wait))
-        if kind == 'tunnel':
+        if kind == 'tunnel' and endpoint.id in mcp_only:
+            lines.append(classify_mcp_tunnel(endpoint, parsed, ctx.endpoint_timeout, why_not=why))
+        elif kind == 'tunnel':
             lines.append(classify_endpoint_tunnel(endpoint, parsed, ctx.endpoint_timeout, why_not=why))
         elif kind == 'port':
             lines.append(classify_endpoint_port(endpoint, url, parsed, why_not=why))
         else:
             lines.append(classify_endpoint_plain(endpoint, parsed, why_not=why))
+        if endpoint.id in mcp_only:
+            as_mcp(lines[-1])
     for line in lines:
         if line.fix and '<proxy>' in line.fix:
             line.fix = line.fix.replace('<proxy>', container or ctx.proxy)

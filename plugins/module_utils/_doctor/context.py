@@ -62,6 +62,8 @@ class DoctorContext:
     credentials_probe_paths: Dict[str, str] = dataclasses.field(default_factory=dict)  # credential -> path
     openshell_policy: Optional[str] = None  # a deployed OpenShell policy file (openshell.py; none: no line)
     openshell_gateway: Optional[Dict[str, Any]] = None  # a gateway and its sandbox (openshell.py; none: no line)
+    forge_urls: Dict[str, str] = dataclasses.field(default_factory=dict)  # name -> URL (forge.py; {}: env)
+    mcp_json: Optional[str] = None          # the overlay's mcp.json (mcp.py; none: no line)
 
     # --- what the run did (the module reports them) ----------------------------------------------
     actions: List[str] = dataclasses.field(default_factory=list)
@@ -74,6 +76,7 @@ class DoctorContext:
     endpoints_loaded: Optional[list] = None  # the declared endpoints, once read (see declared_endpoints)
     endpoints_error: Optional[str] = None
     launched: List[str] = dataclasses.field(default_factory=list)  # probe containers started (containers.py)
+    mcp_judged: Optional[tuple] = None    # (findings, problem) of mcp_json, once read (mcp.py)
     lock: Any = dataclasses.field(default_factory=threading.Lock)
 
     @classmethod
@@ -108,6 +111,8 @@ class DoctorContext:
             credentials_probe_paths=dict(getattr(options, 'credentials_probe_paths', None) or {}),
             openshell_policy=getattr(options, 'openshell_policy', None) or None,
             openshell_gateway=getattr(options, 'openshell_gateway', None) or None,
+            forge_urls=dict(getattr(options, 'forge_urls', None) or {}),
+            mcp_json=getattr(options, 'mcp_json', None) or None,
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',
                                                                       _decisions.DEFAULT_FOLDER),
         )

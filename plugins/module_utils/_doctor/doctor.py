@@ -18,10 +18,14 @@ runs the checks, each a :class:`_doctor.context.Check` with one method,
 * ``canary.CanaryCheck``: the probes (``probes.py``, ``tls.py``) through the
   proxy and every running shard, with ``isolation.IsolationCheck`` beside them
   (its lines in ``ctx.isolation_lines``);
-* ``overlay.OverlayCheck``, ``decisions.DecisionsCheck``, the isolation lines,
+* ``route.RouteCheck``: the route to a model server on the host, per endpoint named by a host alias,
+  from the runtime's measured table;
+* ``overlay.OverlayCheck``, ``mcp.McpCheck`` (only when ``mcp_json`` is given),
+  ``decisions.DecisionsCheck``, the isolation lines,
   ``firewall.FirewallCheck``, ``transparent.TransparentCheck``, ``credentials.CredentialsCheck``
   (only when a credential is declared), ``openshell.OpenShellCheck`` (only when ``openshell_policy``
-  names a deployed OpenShell policy file or ``openshell_gateway`` a gateway), then the sweep's lines.
+  names a deployed OpenShell policy file or ``openshell_gateway`` a gateway), ``forge.ForgeCheck``
+  (only when a forge URL is configured), then the sweep's lines.
 
 The line catalogue is ``lines.py`` (:data:`LINES`, which ``docs/doctor.md`` is
 checked against); the names of the doctor's objects are ``names.py``; the
@@ -52,12 +56,16 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.credent
     CredentialsCheck, check_probe_paths)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.decisions import DecisionsCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.firewall import FirewallCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.forge import ForgeCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import IsolationCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.mcp import McpCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import GROUPS, STATUSES, SYMBOLS, Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import off as _off
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.openshell import OpenShellCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.overlay import OverlayCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.proxy import (
     GuardCheck, IncludeCheck, ProxyCheck, RulesCheck)
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.route import RouteCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.shards import ShardsCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.squid import (
     SQUID_CANDIDATE_TIMEOUT, SquidCheck, squid_unfinished_line)
@@ -126,7 +134,10 @@ class DoctorOptions(object):
     ``openshell_policy``: a deployed OpenShell policy file, compared with what the deployment folder's sources
     render (``openshell.py``; no line when unset). ``openshell_gateway``: dict(endpoint, sandbox, workspace,
     ca, cert, key, timeout) of an OpenShell gateway whose sandbox's effective policy is fetched and compared
-    the same way (no line when unset).
+    the same way (no line when unset). ``forge_urls``: name -> a forge's URL, checked to be https:// on 443 and
+    listed (``forge.py``; empty: GITLAB_URL and FORGEJO_URL from ``environ``, no line when neither is set).
+    ``mcp_json``: the overlay's mcp.json, each enabled server judged as the preflight judges a job's, and an
+    endpoint only an MCP server uses probed as one (``mcp.py``; no line when unset).
     """
 
     def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
@@ -143,8 +154,11 @@ class DoctorOptions(object):
                  credentials_interceptor: Optional[str] = None,
                  credentials_probe_paths: Optional[Dict[str, str]] = None,
                  openshell_policy: Optional[str] = None,
-                 openshell_gateway: Optional[Dict[str, Any]] = None) -> None:
+                 openshell_gateway: Optional[Dict[str, Any]] = None,
+                 forge_urls: Optional[Dict[str, str]] = None, mcp_json: Optional[str] = None) -> None:
         self.proxy = proxy
+        self.forge_urls = forge_urls
+        self.mcp_json = mcp_json
         self.openshell_policy = openshell_policy
         self.openshell_gateway = openshell_gateway
         self.credentials_interceptor = credentials_interceptor
@@ -183,7 +197,8 @@ def default_checks() -> Dict[str, Check]:
                 sweep=SweepCheck(), guard=GuardCheck(), include=IncludeCheck(), squid=SquidCheck(),
                 canary=CanaryCheck(isolation), isolation=isolation, overlay=OverlayCheck(),
                 decisions=DecisionsCheck(), firewall=FirewallCheck(), transparent=TransparentCheck(),
-                credentials=CredentialsCheck(), openshell=OpenShellCheck())
+                credentials=CredentialsCheck(), openshell=OpenShellCheck(), forge=ForgeCheck(),
+                route=RouteCheck(), mcp=McpCheck())
 
 
 class _Background(object):
@@ -241,7 +256,11 @@ class Doctor(object):
             lines.extend(canary)
         else:
             lines.extend(checks['canary'].lines(ctx))  # through the shards that still serve, or not run
+        if 'route' in checks:
+            lines.extend(checks['route'].lines(ctx))
         lines.extend(checks['overlay'].lines(ctx))
+        if 'mcp' in checks:
+            lines.extend(checks['mcp'].lines(ctx))
         lines.extend(checks['decisions'].lines(ctx))
         lines.extend(ctx.isolation_lines)  # the canary ran the isolation check
         lines.extend(checks['firewall'].lines(ctx))
@@ -251,6 +270,8 @@ class Doctor(object):
             lines.extend(checks['credentials'].lines(ctx))
         if 'openshell' in checks:
             lines.extend(checks['openshell'].lines(ctx))
+        if 'forge' in checks:
+            lines.extend(checks['forge'].lines(ctx))
         lines.extend(leftovers)
         ctx.timings['total'] = time.monotonic() - started
         return lines
@@ -302,7 +323,8 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         gateway=p.get('gateway_name'), transparent_port=p.get('transparent_port'),
         credentials_interceptor=p.get('credentials_interceptor_name'),
         credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')),
-        openshell_policy=p.get('openshell_policy'), openshell_gateway=openshell_gateway_options(p))
+        openshell_policy=p.get('openshell_policy'), openshell_gateway=openshell_gateway_options(p),
+        forge_urls=p.get('forge_urls') or {}, mcp_json=p.get('mcp_json'))
 
 
 def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -> dict[str, Any]:
@@ -317,3 +339,10 @@ def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -
         actions=doctor.actions,
         timings=dict((k, round(v, 3)) for k, v in doctor.timings.items()),
     )
+
+
+def off_result(params: dict[str, Any]) -> dict[str, Any]:
+    """egress_canary's result with the egress layer off (``enabled`` false): no engine was asked (``off.py``)."""
+    lines = _off.off_lines(params)
+    return dict(changed=False, lines=[line.as_dict() for line in lines], report=render_report(lines),
+                json_lines=json_lines(lines), summary=summary(lines), actions=[], timings={})

@@ -19,6 +19,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 STATUSES = ('ok', 'warn', 'fail', 'notrun')
 SYMBOLS = {'ok': u'\u2713', 'warn': u'\u26a0', 'fail': u'\u2717', 'notrun': u'\u25cb'}
 GROUPS = (
+    ('egress', 'Egress layer'),
     ('proxy', 'Egress proxy'),
     ('canary', 'Egress canary'),
     ('endpoints', 'Model endpoints'),
@@ -29,6 +30,7 @@ GROUPS = (
     ('transparent', 'Transparent job networks'),
     ('credentials', 'Credential placeholders'),
     ('openshell', 'OpenShell policy'),
+    ('forge', 'Forges'),
     ('leftovers', 'Leftovers of earlier doctor runs'),
 )
 
@@ -38,6 +40,14 @@ GROUPS = (
 # unit test rebuilds that table's first column from this one. A line's status
 # may differ from the shape's usual one only where noted in the docs.
 LINES = [
+    # The egress layer switched off (egress_enabled: false; _doctor/off.py): the only line of such a run.
+    ('egress.off', 'egress', 'warn',
+     'Egress layer off (egress_enabled: false): jobs run on the default network with the whole network in front '
+     'of them, and nothing else was checked'),
+    ('egress.off_openshell', 'egress', 'fail',
+     'Egress layer off (egress_enabled: false) while the OpenShell venue is configured (<what>): its sandbox '
+     'policy is that venue\'s egress control and the only path its credentials resolve through, so off has no '
+     'meaning there'),
     ('proxy.running', 'proxy', 'ok', 'Egress proxy running (<proxy>)'),
     ('proxy.missing', 'proxy', 'fail',
      'Egress proxy missing: there is no container <proxy>, so every new job is refused'),
@@ -187,12 +197,35 @@ LINES = [
      'Model endpoint <id> admits a plain forward request (GET http://<address>/v1/models without a tunnel '
      '<what>): the rules allow more than a tunnel'),
     ('endpoint.notrun', 'endpoints', 'notrun', 'Model endpoint <id>: the <probe> probe did not run (<why>)'),
+    # An endpoint only an enabled MCP server of the overlay's mcp.json uses (_doctor/mcp.py); its other lines
+    # say "MCP server endpoint" too.
+    ('endpoint.mcp_tunnel', 'endpoints', 'ok',
+     'MCP server endpoint <id> answers through the proxy (GET http://<address>/v1/models through a CONNECT tunnel: '
+     '<what>); an MCP server does not serve that path, so any answer proves the route'),
+    ('endpoint.mcp_tunnel_fails', 'endpoints', 'warn',
+     'MCP server endpoint <id> does not answer through the proxy (GET http://<address>/v1/models through a CONNECT '
+     'tunnel: <what>)'),
     # The model endpoint probes through each running proxy shard.
+    # The route to a model server on the host (_doctor/route.py): only endpoints named host.docker.internal or
+    # host.containers.internal, from the table of what was measured per runtime and version.
+    ('endpoint.route', 'endpoints', 'ok', 'Model endpoint <id>: <host> reaches the host on <runtime>: <how>'),
+    ('endpoint.route_none', 'endpoints', 'fail',
+     'Model endpoint <id>: <host> does not reach the host on <runtime>: <why>'),
+    ('endpoint.route_unmeasured', 'endpoints', 'notrun',
+     'Model endpoint <id>: whether <host> reaches the host on <runtime> was not measured (measured: <measured>)'),
+    ('endpoint.route_unread', 'endpoints', 'notrun',
+     'Model endpoint <id>: the route to <host> was not judged, because the engine did not say what it is (<why>)'),
     ('endpoint.shard_tunnel', 'endpoints', 'ok',
      'Model endpoint <id> answers through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: <code>)'),
     ('endpoint.shard_tunnel_fails', 'endpoints', 'warn',
      'Model endpoint <id> does not answer through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: '
      '<what>)'),
+    ('endpoint.shard_mcp_tunnel', 'endpoints', 'ok',
+     'MCP server endpoint <id> answers through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: '
+     '<what>); an MCP server does not serve that path, so any answer proves the route'),
+    ('endpoint.shard_mcp_tunnel_fails', 'endpoints', 'warn',
+     'MCP server endpoint <id> does not answer through <shard> (GET http://<address>/v1/models through a CONNECT '
+     'tunnel: <what>)'),
     ('endpoint.shard_port_exact', 'endpoints', 'ok',
      "Model endpoint <id>'s rule is port-exact through <shard> (a CONNECT to <host>:<port>, a port nobody declared, "
      "got the proxy's 403)"),
@@ -242,6 +275,15 @@ LINES = [
     ('overlay.keyless_refused', 'overlay', 'fail',
      'Provider <provider> names <variable> but is not keyless: <reasons>. Every job on it is refused before '
      'anything is spent'),
+    # The overlay's mcp.json (_doctor/mcp.py; doctor_mcp_json): the preflight's judgement of each enabled server.
+    ('overlay.mcp_ok', 'overlay', 'ok',
+     'Overlay mcp.json <path>: every enabled MCP server is one the proxy carries (<servers>)'),
+    ('overlay.mcp_refused', 'overlay', 'fail',
+     'Overlay mcp.json <path>: MCP server <name> (<url>): <why>; a job naming it is refused before it starts'),
+    ('overlay.mcp_runner', 'overlay', 'warn',
+     'Overlay mcp.json <path>: MCP server <name> runs <runner>, which fetches its package from <registries>: <what> '
+     'not listed, so the server cannot start in the job'),
+    ('overlay.mcp_unread', 'overlay', 'fail', 'Overlay mcp.json <path> could not be judged: <why>'),
     # The decision log (_doctor_decisions): the last hour's refusals, the doctor's own probes left out.
     ('decisions.quiet', 'decisions', 'ok',
      'Decision log: no job was refused in the last <window> (<count> decisions read from <files> files in <folder>)'),
@@ -403,6 +445,19 @@ LINES = [
     ('openshell.gateway_unread', 'openshell', 'fail',
      'OpenShell policy of <gateway, sandbox, workspace> could not be fetched (<why>), so no job there runs under a '
      'policy read back'),
+    # Forges (_doctor/forge.py): one line per configured forge URL (doctor_forge_urls, GITLAB_URL, FORGEJO_URL).
+    ('forge.ok', 'forge', 'ok',
+     'Forge <name> <url> is https:// on 443 and its host is <listed>, so a job\'s git and the forge\'s API go '
+     'through the proxy'),
+    ('forge.http', 'forge', 'warn',
+     'Forge <name> <url> is http://: git ignores HTTP_PROXY for an http:// remote, so a job\'s push and fetch never '
+     'go through the proxy and fail from behind the job network, on any port'),
+    ('forge.port', 'forge', 'warn',
+     'Forge <name> <url> is https:// on port <port>: the proxy refuses a CONNECT to any port but 443, so a job\'s '
+     'git and API calls to it fail'),
+    ('forge.unlisted', 'forge', 'warn',
+     'Forge <name> <url>: <host> is not in the allowlist, so the proxy refuses a job\'s git and API calls to it'),
+    ('forge.unparsed', 'forge', 'warn', 'Forge <name> <url> is not an http:// or https:// URL with a host'),
     ('leftovers.unlisted', 'leftovers', 'warn',
      'Egress canary: leftovers from an EARLIER doctor run could not be listed: docker network ls --filter '
      'name=pi-dispatch-egress-doctor-'),

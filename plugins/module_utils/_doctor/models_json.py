@@ -19,9 +19,10 @@ from __future__ import annotations
 import errno
 import ipaddress
 import json
-from typing import Any, Callable, Collection, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import jsonc as _jsonc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 
@@ -63,89 +64,10 @@ class Line(object):
         return 'Line(%r, %r)' % (self.status, self.text)
 
 
-class ModelsJsonError(ValueError):
-    """pi would refuse the file: ``where`` is a line/column or a field path."""
-
-    def __init__(self, message: str, where: str = '') -> None:
-        super(ModelsJsonError, self).__init__(message)
-        self.where = where
-
-
-# --- the reader (comments, BOM, trailing commas) ----------------------------------
-
-def strip_jsonc(text: str) -> str:
-    """JSON text with comments and trailing commas blanked (positions kept)."""
-    if text.startswith('\ufeff'):
-        text = ' ' + text[1:]
-    out = list(text)
-    i, n = 0, len(text)
-    last_comma = None  # index of a comma not yet followed by a value token
-    prev = ''  # the last significant character outside strings and comments
-    while i < n:
-        c = text[i]
-        if c == '"':
-            last_comma = None
-            prev = '"'
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == '\\' else 1
-            i += 1
-            continue
-        if c == '/' and i + 1 < n and text[i + 1] == '/':
-            while i < n and text[i] != '\n':
-                out[i] = ' '
-                i += 1
-            continue
-        if c == '/' and i + 1 < n and text[i + 1] == '*':
-            end = text.find('*/', i + 2)
-            if end < 0:
-                line, col = _position(text, i)
-                raise ModelsJsonError('a /* comment is never closed', 'line %d column %d' % (line, col))
-            for j in range(i, end + 2):
-                if out[j] != '\n':
-                    out[j] = ' '
-            i = end + 2
-            continue
-        if c == ',':
-            # Only a comma after a value is a trailing comma; '{,' or ',,' stays an error.
-            last_comma = i if prev not in ('', '{', '[', ',') else None
-        elif c in '}]':
-            if last_comma is not None:
-                out[last_comma] = ' '
-            last_comma = None
-        elif not c.isspace():
-            last_comma = None
-        if not c.isspace():
-            prev = c
-        i += 1
-    return ''.join(out)
-
-
-def _position(text: str, index: int) -> Tuple[int, int]:
-    line = text.count('\n', 0, index) + 1
-    col = index - (text.rfind('\n', 0, index) + 1) + 1
-    return line, col
-
-
-def loads(text: Union[str, bytes]) -> Any:
-    """Decode overlay models.json text the way pi does; raise ModelsJsonError."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode('utf-8')
-        except UnicodeDecodeError as exc:
-            raise ModelsJsonError('is not UTF-8 (%s)' % exc)
-    cleaned = strip_jsonc(text)
-    try:
-        return json.loads(cleaned, parse_constant=_no_constant)
-    except ValueError as exc:
-        lineno = getattr(exc, 'lineno', None)
-        colno = getattr(exc, 'colno', None)
-        where = 'line %s column %s' % (lineno, colno) if lineno else ''
-        raise ModelsJsonError('is not valid JSON (%s)' % getattr(exc, 'msg', exc), where)
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise ValueError('%s is not JSON' % name)
+# pi would refuse the file: ``where`` is a line/column or a field path (the reader is _common/jsonc.py).
+ModelsJsonError = _jsonc.JsoncError
+strip_jsonc = _jsonc.strip_jsonc
+loads = _jsonc.loads
 
 
 # --- the schema pi applies (wrong type anywhere: the whole file is dropped) ---------

@@ -237,6 +237,33 @@ def classify_endpoint_tunnel(endpoint: _endpoints.Endpoint, result: Optional[Dic
                 % (endpoint.id, head, what), fix=fix)
 
 
+def as_mcp(line: Line) -> Line:
+    """``line`` of an endpoint that only an MCP server uses: named "MCP server endpoint" (seed 000)."""
+    line.message = line.message.replace('Model endpoint ', 'MCP server endpoint ', 1)
+    return line
+
+
+def classify_mcp_tunnel(endpoint: _endpoints.Endpoint, result: Optional[Dict[str, Any]], timeout: int,
+                        why_not: Optional[str] = None) -> Line:
+    """The tunnel line of an endpoint only an MCP server uses: any answer through the tunnel passes.
+
+    Such a server does not serve ``/v1/models``; an https:// one closes the probe's plain request, as a
+    TLS server does, and that passes too. A timeout, or the proxy's 403 or 503, still does not.
+    """
+    head = 'GET http://%s/v1/models through a CONNECT tunnel' % endpoint.address
+    tail = 'an MCP server does not serve that path, so any answer proves the route'
+    if result is not None and result['connect'] == 200 and result['code']:
+        return Line('endpoint.mcp_tunnel', 'ok', 'MCP server endpoint %s answers through the proxy (%s: %d); %s'
+                    % (endpoint.id, head, result['code'], tail))
+    if result is not None and result['connect'] == 200 and result.get('rc') != 28:
+        return Line('endpoint.mcp_tunnel', 'ok', 'MCP server endpoint %s answers through the proxy (%s: the server '
+                    'closed the plain request, as a TLS server does); %s' % (endpoint.id, head, tail))
+    line = classify_endpoint_tunnel(endpoint, result, timeout, why_not=why_not)
+    if line.id == 'endpoint.tunnel_fails':
+        line = Line('endpoint.mcp_tunnel_fails', 'warn', line.message, fix=line.fix)
+    return as_mcp(line)
+
+
 def classify_endpoint_port(endpoint: _endpoints.Endpoint, url: Optional[str], result: Optional[Dict[str, Any]],
                            why_not: Optional[str] = None) -> Line:
     if url is None:

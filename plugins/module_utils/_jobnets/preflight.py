@@ -12,7 +12,7 @@ when the preflight needs one. Re-exported by ``jobnet.py``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import get_container
@@ -34,6 +34,11 @@ CREDENTIAL_UNAVAILABLE = 'egress-credential-unavailable'
 INTERCEPTOR_MISSING = 'egress-interceptor-missing'
 INTERCEPTOR_STOPPED = 'egress-interceptor-stopped'
 CREDENTIAL_VERDICTS = VERDICTS + (CREDENTIAL_UNAVAILABLE, INTERCEPTOR_MISSING, INTERCEPTOR_STOPPED)
+# Only ever given when the caller passes mcp_json (API 3.3, docs/job-networks.md): an enabled MCP server of
+# the job is neither https:// on 443 to a listed host nor a declared model endpoint (the message names each),
+# or the file cannot be read as pi reads it. Decided from files before the engine is asked.
+MCP_SERVER_REFUSED = 'egress-mcp-server-refused'
+MCP_VERDICTS = VERDICTS + (MCP_SERVER_REFUSED,)
 INTERCEPTOR_NAME = 'pi-dispatch-egress-interceptor'
 
 
@@ -98,7 +103,8 @@ def _state(container: Any) -> Optional[str]:
 def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
               docker_host: Optional[str] = None, mode: str = 'explicit',
               gateway_name: str = 'pi-dispatch-egress-gateway', credentials_dir: Optional[str] = None,
-              interceptor_name: str = INTERCEPTOR_NAME) -> Verdict:
+              interceptor_name: str = INTERCEPTOR_NAME, mcp_json: Optional[str] = None,
+              deploy_dir: Optional[str] = None) -> Verdict:
     """The verdict before a job spends anything; one container inspect (two for a transparent job).
 
     ``client`` is a DockerClient, or a zero-argument callable returning one
@@ -116,9 +122,18 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
     each secret file must be usable (``egress-credential-unavailable``, naming the credential, never a
     byte of the secret) and the interceptor ``interceptor_name`` must run
     (``egress-interceptor-missing`` / ``-stopped``).
+    ``mcp_json`` (the job's ``mcp.json``): every enabled MCP server with a url must be https:// on 443 to a
+    host the allowlist of ``deploy_dir`` (default ``/opt/pi-dispatch/egress``) lists, or exactly a declared
+    model endpoint; otherwise ``egress-mcp-server-refused`` names each one, decided from the files before
+    the daemon is asked. A package runner whose registry is not listed is said in the admitted message.
     """
     if not enabled:
         return Verdict(ADMIT, False, None, 'The egress policy is off; the daemon was not asked.')
+    mcp_note = ''
+    if mcp_json:
+        refused, mcp_note = mcp_verdict(mcp_json, deploy_dir)
+        if refused is not None:
+            return refused
     try:
         if callable(client) and not hasattr(client, 'containers'):
             client = client()
@@ -130,6 +145,8 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
     verdict = verdict_for_state(_state(container), proxy_name)
     if verdict.admitted and credentials_dir:
         verdict = _credentials_verdict(client, credentials_dir, interceptor_name, docker_host)
+    if verdict.admitted and mcp_note:
+        verdict.message = '%s %s' % (verdict.message, mcp_note)
     if not verdict.admitted or mode != 'transparent':
         return verdict
     try:
@@ -139,6 +156,39 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
                        'The Docker Engine at %s does not answer about %s (%s). Nothing was decided; retry the '
                        'job later.' % (dc.describe_host(docker_host), gateway_name, exc))
     return gateway_verdict(_state(gateway), gateway_name)
+
+
+def mcp_verdict(mcp_json: str, deploy_dir: Optional[str] = None) -> Tuple[Optional[Verdict], str]:
+    """(the refusal or None, a note for the admitted message) of a job's ``mcp.json``; files only, no daemon."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import mcp as _mcp
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.credentials_apply import listed_by
+    folder = deploy_dir or _deployment.DEFAULT_DEPLOY_DIR
+    allowlist = _deployment.paths(folder)['allowlist']
+    try:
+        servers = _mcp.load(mcp_json)
+        with open(allowlist) as handle:
+            listed = listed_by(handle.read(), allowlist)
+        endpoints = _endpoints.load(folder)[0]
+    except (_mcp.McpError, _endpoints.EndpointsError) as exc:
+        return Verdict(MCP_SERVER_REFUSED, False, None, '%s. The job was not started.' % exc), ''
+    except (IOError, OSError, UnicodeDecodeError) as exc:
+        return Verdict(MCP_SERVER_REFUSED, False, None, 'The allowlist %s could not be read (%s), so the job\'s MCP '
+                       'servers could not be judged. The job was not started.'
+                       % (allowlist, getattr(exc, 'strerror', None) or exc)), ''
+    findings = _mcp.judge(servers, listed, endpoints)
+    refused = [finding for finding in findings if finding.refused]
+    if refused:
+        return Verdict(MCP_SERVER_REFUSED, False, None, '%s names %d MCP server%s the proxy would refuse: %s. The job '
+                       'was not started.' % (mcp_json, len(refused), '' if len(refused) == 1 else 's',
+                                             ' | '.join(str(finding) for finding in refused))), ''
+    notes = [str(finding) for finding in findings if finding.kind == _mcp.RUNNER]
+    carried = len([finding for finding in findings if finding.kind in (_mcp.REACHABLE, _mcp.ENDPOINT)])
+    note = '%d MCP server%s carried by the proxy.' % (carried, '' if carried == 1 else 's')
+    if notes:
+        note += ' Note: %s.' % ' | '.join(notes)
+    return None, note
 
 
 def _credentials_verdict(client: Any, credentials_dir: str, interceptor_name: str,

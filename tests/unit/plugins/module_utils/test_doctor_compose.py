@@ -17,8 +17,9 @@ Line = _doctor_lines.Line
 RUNNING = {'State': {'Running': True}}
 STOPPED = {'State': {'Running': False, 'Status': 'exited'}}
 # The report order of a running proxy, one line per check (the isolation line comes from the canary).
-REPORT = ['probe_image', 'proxy', 'shards', 'rules', 'guard', 'include', 'squid', 'canary', 'overlay', 'decisions',
-          'isolation', 'firewall', 'transparent', 'credentials', 'sweep']
+REPORT = ['probe_image', 'proxy', 'shards', 'rules', 'guard', 'include', 'squid', 'canary', 'route', 'overlay',
+          'mcp', 'decisions',
+          'isolation', 'firewall', 'transparent', 'credentials', 'forge', 'sweep']
 
 
 class Recorder(object):
@@ -55,7 +56,7 @@ def fakes(recorder, attrs=RUNNING_PROXY, **effects):
     effects.setdefault('proxy', set_attrs)
     effects.setdefault('canary', set_isolation)
     names = ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'squid', 'canary', 'isolation',
-             'overlay', 'decisions', 'firewall', 'transparent', 'credentials']
+             'overlay', 'decisions', 'firewall', 'transparent', 'credentials', 'forge', 'route', 'mcp']
     return dict((name, Fake(name, recorder, effects.get(name))) for name in names)
 
 
@@ -68,7 +69,7 @@ def test_the_default_checks_are_every_group():
     checks = _doctor.default_checks()
     assert sorted(checks) == sorted(['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'squid',
                                      'canary', 'isolation', 'overlay', 'decisions', 'firewall', 'transparent',
-                                     'credentials', 'openshell'])
+                                     'credentials', 'openshell', 'forge', 'route', 'mcp'])
     assert all(isinstance(check, _doctor_context.Check) for check in checks.values())
     assert checks['canary'].isolation is checks['isolation']  # the canary runs the isolation check beside it
 
@@ -81,8 +82,8 @@ def test_a_running_proxy_runs_every_check_in_order_over_one_context():
     # The sweep runs before anything is made and is reported last; squid runs beside guard, include
     # and the canary (in a thread), so only its place among the others is fixed.
     calls = [name for name in recorder.calls if name != 'squid']
-    assert calls == ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'canary', 'overlay',
-                     'decisions', 'firewall', 'transparent', 'credentials']
+    assert calls == ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'canary', 'route',
+                     'overlay', 'mcp', 'decisions', 'firewall', 'transparent', 'credentials', 'forge']
     assert 'squid' in recorder.calls and 'isolation' not in recorder.calls  # the canary's to run
     assert recorder.contexts == {id(doc.ctx)}
     assert 'total' in doc.timings and doc.actions == [] and doc.pid == 7

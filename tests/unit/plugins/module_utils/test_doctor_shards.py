@@ -137,7 +137,7 @@ SHARD_IDS = [line_id for line_id in _doctor_lines.LINE_IDS
 
 
 def test_every_shard_id_is_the_variant_of_a_proxy_line_with_the_shard_in_its_wording():
-    assert len(SHARD_IDS) == 19
+    assert len(SHARD_IDS) == 21  # the 19 of the canary and the model endpoints, and the MCP server endpoint tunnel pair
     for line_id in SHARD_IDS:
         base = line_id.replace('.shard_', '.')
         assert _doctor_lines.shard_line_id(base) == line_id
