@@ -325,6 +325,7 @@ MODELS_JSON = """// the overlay a worker reads (comments and trailing commas are
 
 MCP_JSON = """// the job's MCP servers, read as pi reads them
 {"mcpServers": {
+  "http": {"url": "http://models.test:8931/mcp", "type": "streamable-http"},
   "tls": {"url": "https://models.test:8443/mcp"},
   "docs": {"url": "https://api.provider.test/mcp", "headers": {"Authorization": "Bearer sk-never-shown"},},
   "off": {"url": "https://unlisted.test/mcp", "enabled": false},
@@ -354,9 +355,11 @@ def test_a_job_naming_an_unreachable_mcp_server_is_refused_before_it_starts(egre
 
 def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
     """Declared endpoints on this file's own proxy: one served (models.test:8080), one where nothing listens."""
-    # mcp-tls: the fake's TLS port, used only by an MCP server of the overlay's mcp.json (issue 31).
+    # Used only by MCP servers of the overlay's mcp.json (issue 31): mcp-http, the fake's streamable HTTP MCP server
+    # (8931: no /v1/models, a 404), and mcp-tls, the fake's TLS port.
     endpoints = [{'id': 'fake-http', 'host': 'models.test', 'port': 8080, 'slots': 1, 'keyless': True},
                  {'id': 'down', 'host': 'models.test', 'port': 9099, 'slots': 1},
+                 {'id': 'mcp-http', 'host': 'models.test', 'port': 8931, 'slots': 1},
                  {'id': 'mcp-tls', 'host': 'models.test', 'port': 8443, 'slots': 1}]
     rc, out, _recap = run_playbook('playbooks/endpoints.yml', {
         'egress_deploy_dir': own_proxy, 'egress_proxy_name': OWN_PROXY, 'egress_model_endpoints': endpoints})
@@ -388,14 +391,16 @@ def test_model_endpoint_probes_and_overlay(egress_env, own_proxy, tmp_path):
     assert down['status'] == 'warn' and '503' in down['message'] and down['fix']
     assert 'models.test:9100' in of('endpoint.port_exact', 'down')['message']
     assert of('endpoint.plain', 'down')['status'] == 'ok'
-    # The endpoint only an MCP server uses: the TLS server closes the probe's plain request, which passes for an
-    # MCP server endpoint (a model endpoint would warn, as the unit table shows); its other lines are named so too.
-    mcp_tunnel = [line for line in lines if line['id'] == 'endpoint.mcp_tunnel']
-    assert len(mcp_tunnel) == 1 and mcp_tunnel[0]['status'] == 'ok', lines
-    assert mcp_tunnel[0]['message'].startswith('MCP server endpoint mcp-tls answers through the proxy')
-    assert 'as a TLS server does' in mcp_tunnel[0]['message'] or ': 4' in mcp_tunnel[0]['message'], mcp_tunnel
-    assert [line['status'] for line in lines if line['message'].startswith('MCP server endpoint mcp-tls')] == \
-        ['ok', 'ok', 'ok'], lines
+    # The endpoints only an MCP server uses pass on any answer through the tunnel, where a model endpoint warns (the
+    # unit table): the streamable HTTP server's 404 for /v1/models, and the TLS server closing the plain request.
+    # Their other lines are named so too.
+    mcp_http = of('endpoint.mcp_tunnel', 'mcp-http')
+    assert mcp_http['status'] == 'ok' and 'through a CONNECT tunnel: 404); an MCP server' in mcp_http['message']
+    mcp_tls = of('endpoint.mcp_tunnel', 'mcp-tls')
+    assert mcp_tls['status'] == 'ok' and 'as a TLS server does' in mcp_tls['message'], mcp_tls
+    for endpoint_id in ('mcp-http', 'mcp-tls'):
+        assert [line['status'] for line in lines
+                if line['message'].startswith('MCP server endpoint %s' % endpoint_id)] == ['ok', 'ok', 'ok'], lines
     assert by_id['overlay.mcp_ok']['status'] == 'ok' and 'tls (is the declared model endpoint mcp-tls' in \
         by_id['overlay.mcp_ok']['message'], by_id['overlay.mcp_ok']
     # The overlay against the declaration.

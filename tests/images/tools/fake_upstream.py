@@ -7,6 +7,9 @@ every DNS query it gets and answers NXDOMAIN (the resolver outside a job network
 IPv4 when the container has IPv6. Every answer is a 401 with a JSON
 body naming the Host header and the port, so a test can tell which server
 answered; GET /v1/models answers 200 with a model list (a model server).
+Plain HTTP on 8931 is a streamable HTTP MCP server instead: POST /mcp answers a
+JSON-RPC result, GET /mcp 405 (no event stream), anything else 404, so it serves
+no /v1/models (the doctor's MCP server endpoint, issue 31).
 """
 import argparse
 import json
@@ -18,12 +21,33 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+MCP_PORT = 8931
+
+
+def mcp_answer(command, path, request):
+    """(code, body) of the fake streamable HTTP MCP server."""
+    if path.split('?', 1)[0] != '/mcp':
+        return 404, {'error': 'not found'}
+    if command != 'POST':
+        return 405, {'error': 'this server has no event stream; POST JSON-RPC to /mcp'}
+    try:
+        call = json.loads(request or b'{}')
+    except ValueError:
+        return 400, {'jsonrpc': '2.0', 'id': None, 'error': {'code': -32700, 'message': 'parse error'}}
+    return 200, {'jsonrpc': '2.0', 'id': call.get('id'),
+                 'result': {'protocolVersion': '2025-03-26', 'serverInfo': {'name': 'fake-mcp', 'version': '1'},
+                            'capabilities': {}}}
+
+
 def make_handler(port, scheme):
     class Handler(BaseHTTPRequestHandler):
         server_version = 'fake-upstream/1'
 
         def _answer(self):
-            if self.path.startswith('/v1/models'):
+            if port == MCP_PORT:
+                length = int(self.headers.get('Content-Length') or 0)
+                code, body = mcp_answer(self.command, self.path, self.rfile.read(length) if length else b'')
+            elif self.path.startswith('/v1/models'):
                 code, body = 200, {'object': 'list', 'data': [{'id': 'fake-model'}]}
             else:
                 code, body = 401, {'error': 'unauthenticated'}
@@ -131,7 +155,7 @@ def main():
                     '-subj', '/CN=fake-upstream.test', '-keyout', os.path.join(certdir, 'key.pem'),
                     '-out', os.path.join(certdir, 'cert.pem')], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    servers = [(p, False) for p in [80, 8080] + args.http] + [(p, True) for p in [443, 8443] + args.https]
+    servers = [(p, False) for p in [80, 8080, MCP_PORT] + args.http] + [(p, True) for p in [443, 8443] + args.https]
     bound = [bind(p, tls, certdir) for p, tls in servers]
     threads = [threading.Thread(target=httpd.serve_forever, daemon=True) for httpd in bound]
     for t in threads:
