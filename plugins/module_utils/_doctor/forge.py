@@ -14,11 +14,12 @@ else the seed's ``GITLAB_URL`` and ``FORGEJO_URL`` from the environment the doct
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional
 from urllib.parse import urlsplit
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.decisions import Matcher
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line, shape
@@ -45,49 +46,30 @@ def shown(url: str) -> str:
     return '%s://%s%s' % (parts.scheme, netloc, parts.path) if parts.scheme else netloc + parts.path
 
 
-def _parsed(url: str) -> Optional[Tuple[str, str, int]]:
-    """(scheme, host, port), None when it is not an http(s) URL with a host."""
-    try:
-        parts = urlsplit(url.strip())
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ('http', 'https') or not host:
-        return None
-    return parts.scheme, host.lower(), port or (443 if parts.scheme == 'https' else 80)
-
-
-def _say(line_id: str, **values: str) -> str:
-    text = shape(line_id)
-    for key, value in values.items():
-        text = text.replace('<%s>' % key, value)
-    return text
-
-
 def forge_lines(urls: Mapping[str, str], listed: Optional[Callable[[str], bool]] = None,
                 allowlist_problem: Optional[str] = None) -> List[Line]:
     """One line per configured forge. ``listed(host)``: whether the allowlist admits the host (None: unread)."""
     lines = []
     for name in sorted(urls):
         url = shown(urls[name])
-        parsed = _parsed(urls[name])
+        parsed = _hostnames.url_address(urls[name])
         if parsed is None:
-            lines.append(Line('forge.unparsed', 'warn', _say('forge.unparsed', name=name, url=url),
+            lines.append(Line('forge.unparsed', 'warn', shape('forge.unparsed', name=name, url=url),
                               fix='set %s to the forge\'s https:// URL (https://forge.example.com)' % name))
             continue
         scheme, host, port = parsed
         if scheme == 'http':
-            lines.append(Line('forge.http', 'warn', _say('forge.http', name=name, url=url), fix=HTTPS_FIX % name))
+            lines.append(Line('forge.http', 'warn', shape('forge.http', name=name, url=url), fix=HTTPS_FIX % name))
         elif port != 443:
-            lines.append(Line('forge.port', 'warn', _say('forge.port', name=name, url=url, port=str(port)),
+            lines.append(Line('forge.port', 'warn', shape('forge.port', name=name, url=url, port=str(port)),
                               fix=HTTPS_FIX % name))
         elif listed is not None and not listed(host):
-            lines.append(Line('forge.unlisted', 'warn', _say('forge.unlisted', name=name, url=url, host=host),
+            lines.append(Line('forge.unlisted', 'warn', shape('forge.unlisted', name=name, url=url, host=host),
                               fix='add %s to egress-allowlist.conf and run ansible-playbook '
                                   'pi_dispatch.egress.site' % host))
         else:
             said = 'listed' if listed is not None else 'not compared with the allowlist (%s)' % allowlist_problem
-            lines.append(Line('forge.ok', 'ok', _say('forge.ok', name=name, url=url, listed=said)))
+            lines.append(Line('forge.ok', 'ok', shape('forge.ok', name=name, url=url, listed=said)))
     return lines
 
 

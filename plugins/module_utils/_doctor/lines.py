@@ -3,16 +3,14 @@
 # Apache License 2.0 (see LICENSE)
 """The doctor's line catalogue: every line doctor can print, and the :class:`Line` model.
 
-:data:`LINES` has one row per line id: (id, group, usual status, shape), the
-shape being the line's wording with ``<placeholders>``. ``docs/doctor.md`` has
-one row per id, and a unit test rebuilds that table from this one. A
-:class:`Line` refuses an id that is not in the catalogue, and redacts
-credentials from its message and fix.
+:data:`LINES` has one row per line id: (id, group, usual status, shape), the shape being the line's wording with
+``<placeholders>``. ``docs/doctor.md`` has one row per id, and a unit test rebuilds that table from this one. A
+:class:`Line` refuses an id that is not in the catalogue, and redacts credentials from its message and fix.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import redact as _redact
 
@@ -35,11 +33,41 @@ GROUPS = (
 )
 
 
-# Every line doctor can print: id -> (group, status, shape). The shape is the
-# line's wording with <placeholders>; docs/doctor.md has one row per id and a
-# unit test rebuilds that table's first column from this one. A line's status
-# may differ from the shape's usual one only where noted in the docs.
-LINES = [
+# --- a line through a proxy shard: the proxy's line, renamed ------------------------------------------
+
+def shard_line_id(line_id: str) -> str:
+    """The id of ``line_id``'s variant through a shard (``canary.deny`` -> ``canary.shard_deny``)."""
+    group, _dot, rest = line_id.partition('.')
+    return '%s.shard_%s' % (group, rest)
+
+
+def via_shard(text: str, shard: str) -> str:
+    """``text`` (a canary or endpoint line, or its shape) said of the probe through ``shard``. Pure.
+
+    The shard goes into the head, before the first `` (``: "... through the proxy" becomes
+    "... through <shard>", a head ending in "through" gets the shard, any other head
+    " through <shard>".
+    """
+    head, sep, tail = text.partition(' (')
+    if head.endswith(' through the proxy'):
+        head = head[:-len('the proxy')] + shard
+    elif head.endswith(' through'):
+        head = '%s %s' % (head, shard)
+    else:
+        head = '%s through %s' % (head, shard)
+    return head + sep + tail
+
+
+def through_shards(rows: List[Tuple[str, str, str, str]], line_ids: Sequence[str]) -> List[Tuple[str, str, str, str]]:
+    """The catalogue rows of ``line_ids``' variants through a shard: same group and status, via_shard() wording."""
+    by_id = dict((row[0], row) for row in rows)
+    return [(shard_line_id(line_id), by_id[line_id][1], by_id[line_id][2], via_shard(by_id[line_id][3], '<shard>'))
+            for line_id in line_ids]
+
+
+# Every line doctor can print: id -> (group, status, shape), the shape with <placeholders> (docs/doctor.md has a row
+# per id, rebuilt by a unit test). A line's status may differ from the shape's only where the docs note it.
+LINES: List[Tuple[str, str, str, str]] = [
     # The egress layer switched off (egress_enabled: false; _doctor/off.py): the only line of such a run.
     ('egress.off', 'egress', 'warn',
      'Egress layer off (egress_enabled: false): jobs run on the default network with the whole network in front '
@@ -132,37 +160,12 @@ LINES = [
      'way left to find it: docker rm -f <probe>'),
     ('canary.cleanup_rm', 'canary', 'warn',
      'Egress canary: the network <net> could not be removed: docker network rm <net>'),
-    # The canary through each running proxy shard: the proxy's lines, via_shard() of their wording.
-    ('canary.shard_provider', 'canary', 'ok',
-     'Egress policy reaches the provider through <shard> (<provider> answered <code>, so the whole path works and '
-     'no key was spent)'),
-    ('canary.shard_provider_unreached', 'canary', 'warn',
-     'Egress policy does not reach the provider through <shard> (<provider>: <what>)'),
-    ('canary.shard_deny', 'canary', 'ok',
-     'Egress policy denies an unlisted host through <shard> (<deny>: the proxy refused the tunnel with 403; the deny '
-     'direction is the half an allowlist can silently lose)'),
-    ('canary.shard_deny_leaks', 'canary', 'fail',
-     'Egress policy lets an unlisted host through <shard> (<deny>: <what>)'),
-    ('canary.shard_plain', 'canary', 'ok',
-     'Egress policy refuses plain HTTP to a listed host off port 80 through <shard> (<listed>:443 without a tunnel '
-     'got squid\'s 403 <error>; only a CONNECT reaches 443)'),
-    ('canary.shard_plain_leaks', 'canary', 'fail',
-     'Egress policy lets plain HTTP through to <listed> on port 443 through <shard> (<what>)'),
-    ('canary.shard_sni', 'canary', 'ok',
-     'Egress policy cuts a tunnel whose TLS name is not its CONNECT host through <shard> (CONNECT '
-     '<provider>:443 carrying a hello for <deny>: the TLS name check cut it, nothing was answered)'),
-    ('canary.shard_sni_leaks', 'canary', 'fail',
-     "Egress policy lets a listed host's tunnel carry TLS for another name through <shard> (CONNECT "
-     '<provider>:443 with the hello for <deny> got HTTP <code>: domain fronting passes)'),
-    ('canary.shard_tunnel_plain', 'canary', 'ok',
-     'Egress policy cuts plain bytes in a tunnel to 443 through <shard> (a plain GET inside CONNECT '
-     '<provider>:443: the TLS name check cut it, nothing was answered)'),
-    ('canary.shard_tunnel_plain_leaks', 'canary', 'fail',
-     'Egress policy lets plain bytes through a tunnel to 443 through <shard> (a plain GET inside CONNECT '
-     '<provider>:443 got HTTP <code>: any protocol passes on 443)'),
-    ('canary.shard_notrun', 'canary', 'notrun', 'Egress canary probe <probe> did not run through <shard> (<why>)'),
-    ('canary.shard_setup', 'canary', 'notrun',
-     'Egress canary could not be set up through <shard> (<why>), so no probe ran'),
+]
+# The canary and the model endpoint probes through each running proxy shard: the proxy's lines, renamed.
+LINES += through_shards(LINES, ('canary.provider', 'canary.provider_unreached', 'canary.deny', 'canary.deny_leaks',
+                                'canary.plain', 'canary.plain_leaks', 'canary.sni', 'canary.sni_leaks',
+                                'canary.tunnel_plain', 'canary.tunnel_plain_leaks', 'canary.notrun', 'canary.setup'))
+LINES += [
     ('endpoints.include', 'endpoints', 'ok',
      'Model endpoints: the include inside the running proxy matches model-endpoints.json (<ids>)'),
     ('endpoints.rules_without_include', 'endpoints', 'fail',
@@ -197,17 +200,14 @@ LINES = [
      'Model endpoint <id> admits a plain forward request (GET http://<address>/v1/models without a tunnel '
      '<what>): the rules allow more than a tunnel'),
     ('endpoint.notrun', 'endpoints', 'notrun', 'Model endpoint <id>: the <probe> probe did not run (<why>)'),
-    # An endpoint only an enabled MCP server of the overlay's mcp.json uses (_doctor/mcp.py); its other lines
-    # say "MCP server endpoint" too.
+    # An endpoint only an enabled MCP server of the overlay's mcp.json uses (_doctor/mcp.py; all its lines say so).
     ('endpoint.mcp_tunnel', 'endpoints', 'ok',
      'MCP server endpoint <id> answers through the proxy (GET http://<address>/v1/models through a CONNECT tunnel: '
      '<what>); an MCP server does not serve that path, so any answer proves the route'),
     ('endpoint.mcp_tunnel_fails', 'endpoints', 'warn',
      'MCP server endpoint <id> does not answer through the proxy (GET http://<address>/v1/models through a CONNECT '
      'tunnel: <what>)'),
-    # The model endpoint probes through each running proxy shard.
-    # The route to a model server on the host (_doctor/route.py): only endpoints named host.docker.internal or
-    # host.containers.internal, from the table of what was measured per runtime and version.
+    # The route to a model server on the host (_doctor/route.py): endpoints named by a host alias, measured table.
     ('endpoint.route', 'endpoints', 'ok', 'Model endpoint <id>: <host> reaches the host on <runtime>: <how>'),
     ('endpoint.route_none', 'endpoints', 'fail',
      'Model endpoint <id>: <host> does not reach the host on <runtime>: <why>'),
@@ -215,31 +215,11 @@ LINES = [
      'Model endpoint <id>: whether <host> reaches the host on <runtime> was not measured (measured: <measured>)'),
     ('endpoint.route_unread', 'endpoints', 'notrun',
      'Model endpoint <id>: the route to <host> was not judged, because the engine did not say what it is (<why>)'),
-    ('endpoint.shard_tunnel', 'endpoints', 'ok',
-     'Model endpoint <id> answers through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: <code>)'),
-    ('endpoint.shard_tunnel_fails', 'endpoints', 'warn',
-     'Model endpoint <id> does not answer through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: '
-     '<what>)'),
-    ('endpoint.shard_mcp_tunnel', 'endpoints', 'ok',
-     'MCP server endpoint <id> answers through <shard> (GET http://<address>/v1/models through a CONNECT tunnel: '
-     '<what>); an MCP server does not serve that path, so any answer proves the route'),
-    ('endpoint.shard_mcp_tunnel_fails', 'endpoints', 'warn',
-     'MCP server endpoint <id> does not answer through <shard> (GET http://<address>/v1/models through a CONNECT '
-     'tunnel: <what>)'),
-    ('endpoint.shard_port_exact', 'endpoints', 'ok',
-     "Model endpoint <id>'s rule is port-exact through <shard> (a CONNECT to <host>:<port>, a port nobody declared, "
-     "got the proxy's 403)"),
-    ('endpoint.shard_port_leaks', 'endpoints', 'warn',
-     "Model endpoint <id>'s rule is not port-exact through <shard> (a CONNECT to <host>:<port>, a port nobody "
-     "declared, <what>): the rules allow more than you declared"),
-    ('endpoint.shard_plain', 'endpoints', 'ok',
-     "Model endpoint <id> admits no plain forward request through <shard> (GET http://<address>/v1/models without "
-     "a tunnel got the proxy's 403 <error>)"),
-    ('endpoint.shard_plain_leaks', 'endpoints', 'warn',
-     'Model endpoint <id> admits a plain forward request through <shard> (GET http://<address>/v1/models without a '
-     'tunnel <what>): the rules allow more than a tunnel'),
-    ('endpoint.shard_notrun', 'endpoints', 'notrun',
-     'Model endpoint <id>: the <probe> probe did not run through <shard> (<why>)'),
+]
+LINES += through_shards(LINES, ('endpoint.tunnel', 'endpoint.tunnel_fails', 'endpoint.mcp_tunnel',
+                                'endpoint.mcp_tunnel_fails', 'endpoint.port_exact', 'endpoint.port_leaks',
+                                'endpoint.plain', 'endpoint.plain_leaks', 'endpoint.notrun'))
+LINES += [
     ('overlay.allowlist', 'overlay', 'warn',
      "<entry> in egress-allowlist.conf opens the host's port 443 and port 80 to every job, and no model server "
      "port"),
@@ -485,34 +465,12 @@ LINE_IDS = [item[0] for item in LINES]
 _BY_ID = dict((item[0], item) for item in LINES)
 
 
-def shape(line_id: str) -> str:
-    """The catalogue's wording of ``line_id`` (for a line that has no placeholder)."""
-    return _BY_ID[line_id][3]
-
-
-# --- the canary through a proxy shard: the proxy's lines, renamed -------------------------------------
-
-def shard_line_id(line_id: str) -> str:
-    """The id of ``line_id``'s variant through a shard (``canary.deny`` -> ``canary.shard_deny``)."""
-    group, _dot, rest = line_id.partition('.')
-    return '%s.shard_%s' % (group, rest)
-
-
-def via_shard(text: str, shard: str) -> str:
-    """``text`` (a canary or endpoint line, or its shape) said of the probe through ``shard``. Pure.
-
-    The shard goes into the head, before the first `` (``: "... through the proxy" becomes
-    "... through <shard>", a head ending in "through" gets the shard, any other head
-    " through <shard>".
-    """
-    head, sep, tail = text.partition(' (')
-    if head.endswith(' through the proxy'):
-        head = head[:-len('the proxy')] + shard
-    elif head.endswith(' through'):
-        head = '%s %s' % (head, shard)
-    else:
-        head = '%s through %s' % (head, shard)
-    return head + sep + tail
+def shape(line_id: str, **values: str) -> str:
+    """The catalogue's wording of ``line_id``, each ``<key>`` of ``values`` filled in."""
+    text = _BY_ID[line_id][3]
+    for key, value in values.items():
+        text = text.replace('<%s>' % key, value)
+    return text
 
 
 class Line(object):

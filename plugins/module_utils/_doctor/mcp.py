@@ -18,7 +18,7 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import mcp as _mcp
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.credentials_apply import listed_by
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.preflight import mcp_findings
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import models_json as _models_json
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line, shape
@@ -27,24 +27,17 @@ FIX_REFUSED = ('serve it as https:// on 443 from a host in egress-allowlist.conf
                'in model-endpoints.json, then run ansible-playbook pi_dispatch.egress.site')
 
 
-def _say(line_id: str, **values: str) -> str:
-    text = shape(line_id)
-    for key, value in values.items():
-        text = text.replace('<%s>' % key, value)
-    return text
-
-
 def mcp_lines(path: str, findings: Optional[Sequence[_mcp.Finding]], problem: Optional[str] = None) -> List[Line]:
     """The overlay lines of ``mcp.json`` at ``path``: its findings, or ``problem`` when it could not be judged."""
     if findings is None:
-        return [Line('overlay.mcp_unread', 'fail', _say('overlay.mcp_unread', path=path, why=problem or 'unknown'),
+        return [Line('overlay.mcp_unread', 'fail', shape('overlay.mcp_unread', path=path, why=problem or 'unknown'),
                      fix='fix the file (it is read as pi reads it: comments and trailing commas are fine), or the '
                          'deployment folder it is judged against')]
     lines = []
     for finding in findings:
         server = finding.server
         if finding.refused:
-            lines.append(Line('overlay.mcp_refused', 'fail', _say(
+            lines.append(Line('overlay.mcp_refused', 'fail', shape(
                 'overlay.mcp_refused', path=path, name=server.name, url=server.shown_url, why=finding.reason),
                 fix=finding.fix or FIX_REFUSED))
         elif finding.kind == _mcp.RUNNER:
@@ -53,7 +46,7 @@ def mcp_lines(path: str, findings: Optional[Sequence[_mcp.Finding]], problem: Op
     if not lines:
         carried = ['%s (%s)' % (f.server.name, f.reason) for f in findings if f.kind in (_mcp.REACHABLE, _mcp.ENDPOINT)]
         servers = '; '.join(carried) or 'none with a url'
-        lines.append(Line('overlay.mcp_ok', 'ok', _say('overlay.mcp_ok', path=path, servers=servers)))
+        lines.append(Line('overlay.mcp_ok', 'ok', shape('overlay.mcp_ok', path=path, servers=servers)))
     return lines
 
 
@@ -88,19 +81,15 @@ def mcp_only(findings: Sequence[_mcp.Finding], endpoints: Sequence[Any], models:
 
 def judged(ctx: DoctorContext) -> Tuple[Optional[List[_mcp.Finding]], Optional[str]]:
     """(findings, None) of the overlay's mcp.json against the deployment folder, or (None, why); read once."""
-    cached = getattr(ctx, 'mcp_judged', None)
-    if cached is not None:
-        return cached
-    allowlist = _deployment.paths(ctx.deploy_dir)['allowlist']
+    if ctx.mcp_judged is not None:
+        return ctx.mcp_judged
     try:
-        servers = _mcp.load(ctx.mcp_json)
-        with open(allowlist) as handle:
-            listed = listed_by(handle.read(), allowlist)
         result: Tuple[Optional[List[_mcp.Finding]], Optional[str]] = (
-            _mcp.judge(servers, listed, ctx.declared_endpoints() or []), None)
+            mcp_findings(ctx.mcp_json, ctx.deploy_dir, ctx.declared_endpoints() or []), None)
     except _mcp.McpError as exc:
         result = (None, str(exc))
     except (IOError, OSError, UnicodeDecodeError) as exc:
+        allowlist = _deployment.paths(ctx.deploy_dir)['allowlist']
         result = (None, 'the allowlist %s could not be read (%s)' % (allowlist, getattr(exc, 'strerror', None) or exc))
     ctx.mcp_judged = result
     return result

@@ -28,6 +28,6 @@ def off_lines(params: Dict[str, Any]) -> List[Line]:
     configured = [key for key in ('openshell_policy', 'openshell_gateway') if params.get(key)]
     if configured:
         what = ', '.join('%s %s' % (key, params[key]) for key in configured)
-        text = shape('egress.off_openshell').replace('<what>', what)
+        text = shape('egress.off_openshell', what=what)
         return [Line('egress.off_openshell', 'fail', text, fix=OPENSHELL_FIX)]
     return [Line('egress.off', 'warn', shape('egress.off'), fix=ENABLE_FIX)]

@@ -81,13 +81,6 @@ def measured_list() -> str:
     return ', '.join(described(runtime, short) for runtime, short in sorted(MEASURED))
 
 
-def _say(line_id: str, **values: str) -> str:
-    text = shape(line_id)
-    for key, value in values.items():
-        text = text.replace('<%s>' % key, value)
-    return text
-
-
 def route_lines(endpoints: Sequence[Any], runtime: str, short: str) -> List[Line]:
     """One route line per endpoint whose host is a name for the host; none for any other host."""
     lines = []
@@ -100,15 +93,15 @@ def route_lines(endpoints: Sequence[Any], runtime: str, short: str) -> List[Line
         values = dict(id=endpoint.id, host=host, runtime=where)
         if table is None or host not in table:
             lines.append(Line('endpoint.route_unmeasured', 'notrun',
-                              _say('endpoint.route_unmeasured', measured=measured_list(), **values),
+                              shape('endpoint.route_unmeasured', measured=measured_list(), **values),
                               fix='run doctor: the endpoint\'s tunnel probe says whether it answers'))
             continue
         reaches, how = table[host]
         if reaches:
-            lines.append(Line('endpoint.route', 'ok', _say('endpoint.route', how=how, **values)))
+            lines.append(Line('endpoint.route', 'ok', shape('endpoint.route', how=how, **values)))
         else:
             other = PODMAN_ALIAS if host == DOCKER_ALIAS else DOCKER_ALIAS
-            lines.append(Line('endpoint.route_none', 'fail', _say('endpoint.route_none', why=how, **values),
+            lines.append(Line('endpoint.route_none', 'fail', shape('endpoint.route_none', why=how, **values),
                               fix='declare the endpoint with %s in model-endpoints.json (the name this runtime '
                                   'gives the host), then run ansible-playbook pi_dispatch.egress.site' % other))
     return lines
@@ -132,6 +125,6 @@ class RouteCheck(Check):
             why = ' '.join(str(exc).split())
             fix = 'check that the engine answers (docker version), then re-run doctor'
             return [Line('endpoint.route_unread', 'notrun',
-                         _say('endpoint.route_unread', id=ep.id, host=ep.host, why=why), fix=fix)
+                         shape('endpoint.route_unread', id=ep.id, host=ep.host, why=why), fix=fix)
                     for ep in endpoints]
         return route_lines(endpoints, *runtime_of(venue, operating_system))

@@ -158,26 +158,40 @@ def preflight(client: Any, proxy_name: str = PROXY_NAME, enabled: bool = True,
     return gateway_verdict(_state(gateway), gateway_name)
 
 
-def mcp_verdict(mcp_json: str, deploy_dir: Optional[str] = None) -> Tuple[Optional[Verdict], str]:
-    """(the refusal or None, a note for the admitted message) of a job's ``mcp.json``; files only, no daemon."""
+def mcp_findings(mcp_json: str, deploy_dir: Optional[str] = None, endpoints: Optional[list] = None) -> list:
+    """Each enabled MCP server of ``mcp_json`` judged against the allowlist and model endpoints of ``deploy_dir``.
+
+    ``endpoints``: the declared ones when the caller has read them already. Raises ``McpError`` (the file),
+    ``EndpointsError`` (the declaration) or ``OSError`` / ``UnicodeDecodeError`` (the allowlist). Files only.
+    """
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import mcp as _mcp
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.credentials_apply import listed_by
     folder = deploy_dir or _deployment.DEFAULT_DEPLOY_DIR
     allowlist = _deployment.paths(folder)['allowlist']
-    try:
-        servers = _mcp.load(mcp_json)
-        with open(allowlist) as handle:
-            listed = listed_by(handle.read(), allowlist)
+    servers = _mcp.load(mcp_json)
+    with open(allowlist) as handle:
+        listed = listed_by(handle.read(), allowlist)
+    if endpoints is None:
         endpoints = _endpoints.load(folder)[0]
+    return _mcp.judge(servers, listed, endpoints)
+
+
+def mcp_verdict(mcp_json: str, deploy_dir: Optional[str] = None) -> Tuple[Optional[Verdict], str]:
+    """(the refusal or None, a note for the admitted message) of a job's ``mcp.json``; files only, no daemon."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import mcp as _mcp
+    try:
+        findings = mcp_findings(mcp_json, deploy_dir)
     except (_mcp.McpError, _endpoints.EndpointsError) as exc:
         return Verdict(MCP_SERVER_REFUSED, False, None, '%s. The job was not started.' % exc), ''
     except (IOError, OSError, UnicodeDecodeError) as exc:
+        allowlist = _deployment.paths(deploy_dir or _deployment.DEFAULT_DEPLOY_DIR)['allowlist']
         return Verdict(MCP_SERVER_REFUSED, False, None, 'The allowlist %s could not be read (%s), so the job\'s MCP '
                        'servers could not be judged. The job was not started.'
                        % (allowlist, getattr(exc, 'strerror', None) or exc)), ''
-    findings = _mcp.judge(servers, listed, endpoints)
     refused = [finding for finding in findings if finding.refused]
     if refused:
         return Verdict(MCP_SERVER_REFUSED, False, None, '%s names %d MCP server%s the proxy would refuse: %s. The job '

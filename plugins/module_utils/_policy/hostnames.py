@@ -12,8 +12,10 @@ endpoint host may not).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import List, Optional, Tuple
+from urllib.parse import urlsplit
 
 MAX_NAME = 253
 MAX_LABEL = 63
@@ -75,3 +77,21 @@ def parent_domains(name: str) -> List[str]:
     """
     labels = name.split('.')
     return ['.'.join(labels[i:]) for i in range(1, len(labels))]
+
+
+def url_address(url: str) -> Optional[Tuple[str, str, int]]:
+    """(scheme, host, port) of an http(s) URL, the host lowercased (an IP literal in its short form), the port
+    the scheme's default when absent; None when it is not http:// or https:// with a host and a valid port."""
+    try:
+        parts = urlsplit((url or '').strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ('http', 'https') or not host:
+        return None
+    host = host.lower().rstrip('.')
+    try:
+        host = ipaddress.ip_address(host).compressed
+    except ValueError:
+        pass
+    return parts.scheme, host, port or (443 if parts.scheme == 'https' else 80)

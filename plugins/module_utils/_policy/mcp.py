@@ -19,13 +19,12 @@ read into a message, and a URL is shown with its credentials masked. Pure: :func
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import urlsplit
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import jsonc as _jsonc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import redact as _redact
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
 
 FILE_NAME = 'mcp.json'
 SERVERS_KEY = 'mcpServers'
@@ -59,19 +58,7 @@ class Server(object):
 
     def address(self) -> Optional[Tuple[str, str, int]]:
         """(scheme, host, port) of a remote server's URL; None when it is not http(s) with a host."""
-        try:
-            parts = urlsplit((self.url or '').strip())
-            host, port = parts.hostname, parts.port
-        except ValueError:
-            return None
-        if parts.scheme not in ('http', 'https') or not host:
-            return None
-        host = host.lower().rstrip('.')
-        try:
-            host = ipaddress.ip_address(host).compressed
-        except ValueError:
-            pass
-        return parts.scheme, host, port or (443 if parts.scheme == 'https' else 80)
+        return _hostnames.url_address(self.url or '')
 
 
 class Finding(object):
