@@ -21,6 +21,9 @@ description:
     C(allow_host_loopback) shows the host's loopback away from the C(10.0.2.2) the destination guard refuses.
     With any of them a job, or a listed name resolving there, reaches every service bound to the host's
     127.0.0.1 (seed 000, issue 428).
+  - Also refused, C([containers] cgroups = "disabled"). Podman then starts every container without a cgroup of
+    its own, so the proxy's memory and pids limits hold nothing while C(podman inspect), and so the drift
+    comparison, still reports them (measured with Podman 5.4.2).
   - Read only. A file that is not valid TOML fails the task naming the file (and the line where the parser
     says); nothing is ever changed. See C(docs/podman.md).
 author:
@@ -115,8 +118,9 @@ def main():
         module.fail_json(msg='%s. Nothing was changed.' % exc, **result)
     result.update(files=files, refusals=[item.as_dict() for item in refused])
     if refused:
-        module.fail_json(msg='containers.conf maps the host into containers, so the destination guard cannot hold: '
-                             '%s. Nothing was changed.' % ' | '.join(str(item) for item in refused), **result)
+        module.fail_json(msg='containers.conf undoes the egress layer\'s confinement (the destination guard, or the '
+                             'proxy\'s limits): %s. Nothing was changed.' % ' | '.join(str(item) for item in refused),
+                         **result)
     module.exit_json(**result)
 
 

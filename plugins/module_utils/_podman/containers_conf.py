@@ -14,6 +14,10 @@ name pointing there, reaches every service bound to the host's ``127.0.0.1`` (se
 * slirp4netns ``cidr=<range>``: the host's loopback, where ``allow_host_loopback`` opens it, is
   then ``<range>.2``, no longer the ``10.0.2.2`` the guard knows.
 
+One more setting undoes the proxy's confinement rather than the guard: ``[containers] cgroups =
+"disabled"`` starts every container without a cgroup of its own, so the proxy's memory and pids
+limits are reported by ``podman inspect`` but hold nothing (measured, see :func:`_cgroups_refusal`).
+
 The helpers' options live in ``[network] pasta_options`` (Podman 5) and ``[engine]
 network_cmd_options`` (Podman 4, for either helper). Podman reads every file of
 :func:`account_files` in order, a later one overriding a key, so each file is checked on its own:
@@ -41,6 +45,8 @@ FIX_PASTA_LOOPBACK = ('remove %s from %s in %s (Podman then maps no address to t
                       'server on the host through host.containers.internal, as docs/podman.md shows')
 FIX_PASTA_GW = ('remove --map-gw from %s in %s (Podman passes --no-map-gw by default, so the gateway stays the '
                 'gateway)')
+FIX_CGROUPS = ('remove [containers] cgroups from %s, or set it to "enabled" (Podman\'s default; "no-conmon" is '
+               'fine too), and restart the proxy so its own cgroup holds the limits again')
 FIX_CIDR = ('remove %s from %s in %s: slirp4netns\'s default 10.0.2.0/24 puts the host\'s loopback at 10.0.2.2, '
             'which the destination guard refuses')
 
@@ -219,8 +225,31 @@ def _option_refusals(path: str, key: str, options: List[str]) -> List[Refusal]:
     return out
 
 
+def _cgroups_refusal(document: Mapping[str, Any], path: str) -> List[Refusal]:
+    """``[containers] cgroups = "disabled"``: every limit of the proxy holds only on paper.
+
+    Measured with Podman 5.4.2 (cgroup v1): with the key set, ``podman run --memory=512m
+    --pids-limit=256`` is accepted without a word and ``podman inspect`` reports both limits, so the
+    drift comparison sees the shape it wants; but the process stays in its parent's memory and pids
+    cgroups, whose limit is unlimited.
+    """
+    section = document.get('containers')
+    if not isinstance(section, Mapping) or 'cgroups' not in section:
+        return []
+    value = section['cgroups']
+    if not isinstance(value, str):
+        raise ConfError('%s: [containers] cgroups must be a string ("enabled", "no-conmon" or "disabled"), not %r; '
+                        'fix the file' % (path, value))
+    if value.strip().lower() != 'disabled':
+        return []
+    return [Refusal(path, '[containers] cgroups', '"%s"' % value, 'runs every container without a cgroup of its own, '
+                    'so the proxy\'s memory and pids limits do not hold while podman inspect still reports them (a '
+                    'job can exhaust the host through the proxy, and the drift check cannot see it)',
+                    FIX_CGROUPS % path)]
+
+
 def refusals(document: Mapping[str, Any], path: str) -> List[Refusal]:
-    """Every setting of one parsed file that maps the host into containers (empty: nothing to refuse)."""
+    """Every setting of one parsed file that maps the host into containers or unbinds the proxy's limits."""
     out = []
     for table, key in OPTION_KEYS:
         section = document.get(table)
@@ -233,7 +262,7 @@ def refusals(document: Mapping[str, Any], path: str) -> List[Refusal]:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ConfError('%s: %s must be an array of strings, not %r; fix the file' % (path, name, value))
         out += _option_refusals(path, name, value)
-    return out
+    return out + _cgroups_refusal(document, path)
 
 
 def check_files(paths: Iterable[str]) -> Tuple[List[str], List[Refusal]]:

@@ -52,6 +52,14 @@ def both(text):
     ('[network]\npasta_options = ["--map-gw"] # "--no-map-gw"\n', [('[network] pasta_options', '--map-gw')]),
     # A plain string where an array is expected is read as one option.
     ('[network]\npasta_options = "--map-gw"\n', [('[network] pasta_options', '--map-gw')]),
+    # [containers] cgroups = "disabled": the proxy's limits hold nothing (the other values keep a cgroup).
+    ('[containers]\ncgroups = "disabled"\n', [('[containers] cgroups', '"disabled"')]),
+    ("[containers]\ncgroups = 'Disabled' # the proxy too\n", [('[containers] cgroups', '"Disabled"')]),
+    ('[containers]\ncgroups = "enabled"\n', []),
+    ('[containers]\ncgroups = "no-conmon"\n', []),
+    ('[engine]\ncgroups = "disabled"\n', []),  # not a key of [engine]: Podman does not read it there
+    ('[containers]\ncgroups = "disabled"\n[network]\npasta_options = ["--map-gw"]\n',
+     [('[network] pasta_options', '--map-gw'), ('[containers] cgroups', '"disabled"')]),
     # Both tables in one file: each named.
     ('[engine]\nnetwork_cmd_options = ["cidr=10.1.0.0/24"]\n[network]\npasta_options = ["--map-gw"]\n',
      [('[network] pasta_options', '--map-gw'), ('[engine] network_cmd_options', 'cidr=10.1.0.0/24')]),
@@ -80,6 +88,13 @@ def test_a_file_that_is_not_toml_is_refused_naming_the_file_and_the_line(text, f
             _conf.parse(text, CONF)
         # tomllib says where (a line and column, or the end of the document): the message carries it.
         assert str(real.value).startswith('%s: not valid TOML (' % CONF) and 'fix the file' in str(real.value)
+
+
+@pytest.mark.parametrize('text', ['[containers]\ncgroups = false\n', '[containers]\ncgroups = ["disabled"]\n'])
+def test_a_cgroups_value_that_is_not_a_string_is_refused_naming_the_file(text):
+    with pytest.raises(_conf.ConfError) as err:
+        both(text)
+    assert CONF in str(err.value) and '[containers] cgroups' in str(err.value)
 
 
 def test_an_option_list_that_is_not_strings_is_refused():
