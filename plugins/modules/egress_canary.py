@@ -194,6 +194,15 @@ options:
         plaintext otherwise.
     type: str
     version_added: 0.10.0
+  openshell_credential_provider:
+    description:
+      - The provider the openshell venue's job policy binds every endpoint to (as
+        M(pi_dispatch.egress.egress_openshell_policy)'s I(credential_provider)). Both comparisons, I(openshell_policy)
+        and I(openshell_gateway), render with it, so a policy that lost the binding, or is bound to another
+        provider, is a failure naming each endpoint.
+      - Unset, the rendered policy binds nothing.
+    type: str
+    version_added: 0.12.0
   openshell_sandbox:
     description: The sandbox's name on I(openshell_gateway).
     type: str
@@ -373,6 +382,7 @@ def main():
         openshell_gateway_cert=dict(type='path'),
         openshell_gateway_key=dict(type='path'),
         openshell_gateway_timeout=dict(type='float', default=30.0),
+        openshell_credential_provider=dict(type='str'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_together=[('openshell_gateway', 'openshell_sandbox', 'openshell_workspace'),

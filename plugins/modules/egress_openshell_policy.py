@@ -109,6 +109,16 @@ options:
     type: list
     elements: str
     default: ['/**']
+  credential_provider:
+    description:
+      - The job's OpenShell provider (its name as C(openshell provider list) shows it). Every endpoint of the policy
+        is bound to it (OpenShell's C(credential_binding)), so a placeholder in the agent's environment becomes the
+        provider's real value only in a request to a host the policy admits (seed 000).
+      - The binding is compared on read back like every other setting of an endpoint, so a policy that lost it, or
+        is bound to another provider, is refused naming each endpoint.
+      - Unset, no endpoint is bound. Non-empty, no surrounding or control whitespace, at most 253 bytes.
+    type: str
+    version_added: 0.12.0
 requirements:
   - openshell == 0.1.5 (Python package, on the host that runs the module; Python 3.11 or later). It carries
     OpenShell's policy schema. Without it the module fails naming the package and the pinned version.
@@ -135,6 +145,12 @@ EXAMPLES = r'''
   pi_dispatch.egress.egress_openshell_policy:
     deploy_dir: /opt/pi-dispatch/egress
     compare_with: /tmp/job-1234-policy.yaml
+
+- name: Render a job's policy with every endpoint bound to its provider
+  pi_dispatch.egress.egress_openshell_policy:
+    deploy_dir: /opt/pi-dispatch/egress
+    dest: /var/lib/pi-dispatch/jobs/1234/openshell-policy.yaml
+    credential_provider: job-1234-anthropic
 
 - name: Compare the policy a gateway holds for a job's sandbox
   pi_dispatch.egress.egress_openshell_policy:
@@ -243,6 +259,7 @@ def main():
             private_destinations=dict(type='list', elements='str', default=[]),
             plain_http=dict(type='bool', default=True),
             binaries=dict(type='list', elements='str', default=['/**']),
+            credential_provider=dict(type='str'),
         ),
         required_together=[('gateway', 'sandbox', 'workspace'), ('gateway_cert', 'gateway_key')],
         supports_check_mode=True,

@@ -62,6 +62,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.mcp imp
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import GROUPS, STATUSES, SYMBOLS, Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import off as _off
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.openshell import OpenShellCheck
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import openshell as _openshell
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.overlay import OverlayCheck
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.proxy import (
     GuardCheck, IncludeCheck, ProxyCheck, RulesCheck)
@@ -134,8 +135,10 @@ class DoctorOptions(object):
     ``openshell_policy``: a deployed OpenShell policy file, compared with what the deployment folder's sources
     render (``openshell.py``; no line when unset). ``openshell_gateway``: dict(endpoint, sandbox, workspace,
     ca, cert, key, timeout) of an OpenShell gateway whose sandbox's effective policy is fetched and compared
-    the same way (no line when unset). ``forge_urls``: name -> a forge's URL, checked to be https:// on 443 and
-    listed (``forge.py``; empty: GITLAB_URL and FORGEJO_URL from ``environ``, no line when neither is set).
+    the same way (no line when unset). ``openshell_credential_provider``: the provider the job's policy binds
+    every endpoint to, rendered the same way for both comparisons. ``forge_urls``: name -> a forge's URL,
+    checked to be https:// on 443 and listed (``forge.py``; empty: GITLAB_URL and FORGEJO_URL from ``environ``,
+    no line when neither is set).
     ``mcp_json``: the overlay's mcp.json, each enabled server judged as the preflight judges a job's, and an
     endpoint only an MCP server uses probed as one (``mcp.py``; no line when unset).
     """
@@ -155,12 +158,14 @@ class DoctorOptions(object):
                  credentials_probe_paths: Optional[Dict[str, str]] = None,
                  openshell_policy: Optional[str] = None,
                  openshell_gateway: Optional[Dict[str, Any]] = None,
+                 openshell_credential_provider: Optional[str] = None,
                  forge_urls: Optional[Dict[str, str]] = None, mcp_json: Optional[str] = None) -> None:
         self.proxy = proxy
         self.forge_urls = forge_urls
         self.mcp_json = mcp_json
         self.openshell_policy = openshell_policy
         self.openshell_gateway = openshell_gateway
+        self.openshell_credential_provider = openshell_credential_provider
         self.credentials_interceptor = credentials_interceptor
         self.credentials_probe_paths = credentials_probe_paths
         self.gateway = gateway
@@ -296,6 +301,7 @@ def check_canary_options(params: dict[str, Any]) -> None:
         if int(number) in (53, 80, 443):
             raise ValueError('transparent_port %r is the gateway\'s own port; give an opt-in port such as 22' % port)
     check_probe_paths(params.get('credentials_probe_paths'))
+    _openshell.check_options(params)
 
 
 def openshell_gateway_options(params: dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -324,6 +330,7 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         credentials_interceptor=p.get('credentials_interceptor_name'),
         credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')),
         openshell_policy=p.get('openshell_policy'), openshell_gateway=openshell_gateway_options(p),
+        openshell_credential_provider=p.get('openshell_credential_provider'),
         forge_urls=p.get('forge_urls') or {}, mcp_json=p.get('mcp_json'))
 
 

@@ -6,11 +6,12 @@
 Runs only when ``openshell_policy`` names the policy file (as ``egress_openshell_policy`` wrote it
 with ``dest``); without it there is no line from here. The render is ``egress_openshell_policy``'s
 own (``_openshell/apply.py`` :class:`PolicyRun`, with the module's defaults: ``plain_http``, the
-binaries ``/**``, no private destination opened), so the doctor and the module cannot disagree on
-what the sources mean. The file is read back as the module's ``compare_with`` reads it, parsed by
-OpenShell's ``SandboxPolicy`` message, and compared semantically (``_openshell/readback.py``
-:func:`compare`): rule names, order, case and defaults do not count, each endpoint that differs
-is named.
+binaries ``/**``, no private destination opened; every endpoint bound to
+``openshell_credential_provider`` when it is set, as the job's policy is), so the doctor and the
+module cannot disagree on what the sources mean. The file is read back as the module's
+``compare_with`` reads it, parsed by OpenShell's ``SandboxPolicy`` message, and compared
+semantically (``_openshell/readback.py`` :func:`compare`): rule names, order, case and defaults
+do not count, each endpoint that differs is named.
 
 With ``openshell_gateway`` (a gateway, a sandbox, a workspace, the TLS files) the same comparison runs
 against the sandbox's effective policy, fetched with ``GetSandboxConfig`` through the ``openshell``
@@ -27,7 +28,7 @@ policy), ``openshell.untranslatable`` (the sources cannot be rendered: the refus
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
@@ -41,11 +42,17 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 MODULE = 'pi_dispatch.egress.egress_openshell_policy'
 
 
-def render_params() -> Dict[str, Any]:
-    """egress_openshell_policy's options at their defaults: render only (no dest, no comparison)."""
+def render_params(provider: Optional[str] = None) -> Dict[str, Any]:
+    """egress_openshell_policy's options at their defaults, bound to ``provider`` when given: render only."""
     return dict(deploy_dir=None, dest=None, format='yaml', compare_with=None, gateway=None, sandbox=None,
                 workspace=None, gateway_ca=None, gateway_cert=None, gateway_key=None, gateway_timeout=30.0,
-                private_destinations=[], plain_http=True, binaries=list(_translate.DEFAULT_BINARIES))
+                private_destinations=[], plain_http=True, binaries=list(_translate.DEFAULT_BINARIES),
+                credential_provider=provider)
+
+
+def check_options(params: Dict[str, Any]) -> None:
+    """ValueError for an egress_canary ``openshell_credential_provider`` OpenShell would not take."""
+    _translate.check_provider(params.get('openshell_credential_provider'), 'openshell_credential_provider')
 
 
 def _said(text: str) -> str:
@@ -66,15 +73,16 @@ class OpenShellCheck(Check):
 
     def lines(self, ctx: DoctorContext) -> List[Line]:
         deploy_dir = ctx.deploy_dir or _deployment.DEFAULT_DEPLOY_DIR
+        provider = getattr(ctx, 'openshell_credential_provider', None) or None
         out = []
         path = getattr(ctx, 'openshell_policy', None)
         if path:
-            out.append(self._guarded(deploy_dir, path, lambda: self.line(deploy_dir, path),
+            out.append(self._guarded(deploy_dir, path, lambda: self.line(deploy_dir, path, provider),
                                      'compare_with=%s' % path))
         gateway = getattr(ctx, 'openshell_gateway', None)
         if gateway:
             where = gateway_where(gateway)
-            out.append(self._guarded(deploy_dir, where, lambda: self.gateway_line(deploy_dir, gateway),
+            out.append(self._guarded(deploy_dir, where, lambda: self.gateway_line(deploy_dir, gateway, provider),
                                      'gateway=%s sandbox=%s workspace=%s' % (
                                          gateway['endpoint'], gateway['sandbox'], gateway['workspace'])))
         return out
@@ -89,7 +97,7 @@ class OpenShellCheck(Check):
                         fix='run %s deploy_dir=%s %s, which says the same with its reason' % (MODULE, deploy_dir, how))
 
     @staticmethod
-    def _render(deploy_dir: str, what: str, fix_tail: str) -> Any:
+    def _render(deploy_dir: str, what: str, fix_tail: str, provider: Optional[str] = None) -> Any:
         """The policy the sources render, or the line that says why there is none."""
         if not _schema.available():
             return Line('openshell.package_missing', 'warn',
@@ -98,7 +106,7 @@ class OpenShellCheck(Check):
                         % (what, _schema.PACKAGE, _schema.PINNED_VERSION),
                         fix='%s (Python 3.11 or later) on the host that runs the doctor' % _schema.INSTALL)
         try:
-            run = _apply.PolicyRun(render_params(), _deployment.Layout(deploy_dir))
+            run = _apply.PolicyRun(render_params(provider), _deployment.Layout(deploy_dir))
             return run.render()
         except _apply.PolicyFailed as exc:
             refused = exc.extra.get('refused') or []
@@ -110,12 +118,12 @@ class OpenShellCheck(Check):
                              'correct the sources as the message says') + ', then ' + fix_tail)
 
     @staticmethod
-    def gateway_line(deploy_dir: str, gateway: Dict[str, Any]) -> Line:
+    def gateway_line(deploy_dir: str, gateway: Dict[str, Any], provider: Optional[str] = None) -> Line:
         """The sandbox's effective policy, fetched from the gateway, against what the sources render."""
         where = gateway_where(gateway)
         fix = ('run %s with deploy_dir %s and dest set, then load it into the sandbox (openshell policy set '
                '--policy <file>, on %s)' % (MODULE, deploy_dir, where))
-        rendered = OpenShellCheck._render(deploy_dir, where, fix)
+        rendered = OpenShellCheck._render(deploy_dir, where, fix, provider)
         if isinstance(rendered, Line):
             return rendered
         try:
@@ -140,8 +148,8 @@ class OpenShellCheck(Check):
                     % (where, deploy_dir, len(_readback.endpoint_map(rendered)), len(rendered.network_policies)))
 
     @staticmethod
-    def line(deploy_dir: str, path: str) -> Line:
-        rendered = OpenShellCheck._render(deploy_dir, path, _fix_render(deploy_dir, path))
+    def line(deploy_dir: str, path: str, provider: Optional[str] = None) -> Line:
+        rendered = OpenShellCheck._render(deploy_dir, path, _fix_render(deploy_dir, path), provider)
         if isinstance(rendered, Line):
             return rendered
         problem = _read(path)

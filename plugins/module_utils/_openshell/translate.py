@@ -16,7 +16,12 @@ for the same sources, or less where OpenShell reads what squid only tunnelled, a
   when it is a non-public address the operator opened;
 * a model endpoint: exactly its host and port;
 * every endpoint is read by OpenShell (``protocol: rest``, ``enforcement: enforce``,
-  ``access: full``) and usable by any executable of the job (``binaries``, default ``/**``).
+  ``access: full``) and usable by any executable of the job (``binaries``, default ``/**``);
+* with ``credential_provider`` (the job's OpenShell provider), every endpoint is bound to it
+  (``credential_binding: {provider: ...}``), so the provider's credentials resolve in a request to
+  a host the policy admits and nowhere else (seed 000: "every endpoint of the policy is bound to
+  the job's provider"). The name is the job's, not a source file's, so it is an option of the
+  render.
 
 A line squid matches nothing for (one another wildcard covers, an address squid's destination
 guard always refuses, a metadata service's name) is skipped and reported. An entry OpenShell
@@ -119,6 +124,7 @@ class Translation(object):
         self.rules = []       # (key, rule dict, origin dict) in order
         self.skipped = []     # Skip
         self.limits = []      # str
+        self.provider = None  # the provider every endpoint is bound to (bind), or None
 
     @property
     def policy(self) -> Dict[str, Any]:
@@ -256,14 +262,17 @@ def _rule(name: str, endpoints: List[Dict[str, Any]], binaries: Sequence[str]) -
 
 def translate(allowlist: Any, endpoints: Sequence[Any] = (), opened: Optional[Sequence[Any]] = None,
               plain_http: bool = True, binaries: Sequence[str] = DEFAULT_BINARIES,
-              endpoints_path: str = _endpoints.FILE_NAME, pool: str = DEFAULT_POOL) -> Translation:
+              endpoints_path: str = _endpoints.FILE_NAME, pool: str = DEFAULT_POOL,
+              credential_provider: Optional[str] = None) -> Translation:
     """Translate a parsed allowlist (its ``entries``) and validated model endpoints; see the module docstring.
 
     ``allowlist`` is an ``Allowlist`` whose errors the caller has already refused (only its
     ``path`` and ``entries`` are read), or None for no allowlist (nothing listed). ``opened``:
-    the ranges egress_private_destinations opens (None: none). Raises :class:`Untranslatable`
-    with every refusal; returns a :class:`Translation` otherwise.
+    the ranges egress_private_destinations opens (None: none). ``credential_provider``: the job's
+    provider, every endpoint bound to it (:func:`check_provider`; None: no binding). Raises
+    :class:`Untranslatable` with every refusal; returns a :class:`Translation` otherwise.
     """
+    provider = check_provider(credential_provider)
     result = Translation()
     refusals = []
     ports = (HTTPS_PORT, HTTP_PORT) if plain_http else (HTTPS_PORT,)
@@ -304,7 +313,30 @@ def translate(allowlist: Any, endpoints: Sequence[Any] = (), opened: Optional[Se
         result.limits.append(LIMIT_PORT_80 if plain_http else LIMIT_NO_PORT_80)
     if any(not _hostnames.is_ipv4(o['entry'].lstrip('.')) for o in listed):
         result.limits.append(LIMIT_PRIVATE)
-    return result
+    return bind(result, provider)
+
+
+def check_provider(name: Any, key: str = 'credential_provider') -> Optional[str]:
+    """The job's provider name as OpenShell's client takes it (``ProviderClient``: canonical, at most 253
+    bytes), or None for no binding. Raises ValueError naming ``key``."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name or name.strip() != name or len(name.encode('utf-8')) > 253 \
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise ValueError('%s: %r is not a provider name OpenShell accepts (non-empty, no surrounding or control '
+                         'whitespace, at most 253 bytes); give the name of the job\'s provider as openshell provider '
+                         'list shows it, or leave it unset for no binding' % (key, name))
+    return name
+
+
+def bind(translation: Translation, provider: Optional[str]) -> Translation:
+    """Bind every endpoint of ``translation`` to ``provider`` (a checked name; None leaves it unbound)."""
+    if provider is not None:
+        for _key, rule, _origin in translation.rules:
+            for endpoint in rule['endpoints']:
+                endpoint['credential_binding'] = {'provider': provider}
+        translation.provider = provider
+    return translation
 
 
 def check_binaries(binaries: Any, key: str = 'binaries') -> List[str]:
