@@ -203,6 +203,15 @@ options:
       - Unset, the rendered policy binds nothing.
     type: str
     version_added: 0.12.0
+  openshell_github_repository:
+    description:
+      - The GitHub job's own repository (C(owner/name)) whose policy is compared, as
+        M(pi_dispatch.egress.egress_openshell_policy)'s I(github_repository). Both comparisons render C(github.com)
+        with a push to that repository only, so a policy that admits a push elsewhere is a failure naming the
+        endpoint.
+      - Unset, C(github.com) is rendered as listed.
+    type: str
+    version_added: 0.12.0
   openshell_sandbox:
     description: The sandbox's name on I(openshell_gateway).
     type: str
@@ -383,6 +392,7 @@ def main():
         openshell_gateway_key=dict(type='path'),
         openshell_gateway_timeout=dict(type='float', default=30.0),
         openshell_credential_provider=dict(type='str'),
+        openshell_github_repository=dict(type='str'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_together=[('openshell_gateway', 'openshell_sandbox', 'openshell_workspace'),

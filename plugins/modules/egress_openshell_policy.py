@@ -119,6 +119,18 @@ options:
       - Unset, no endpoint is bound. Non-empty, no surrounding or control whitespace, at most 253 bytes.
     type: str
     version_added: 0.12.0
+  github_repository:
+    description:
+      - A GitHub job's own repository, as C(owner/name). Every C(github.com) endpoint then carries the git transport
+        with a push to that repository only (seed 000). Explicit REST rules replace the C(full) access preset, admitting
+        any C(GET) and C(HEAD), a fetch (C(POST .../git-upload-pack)) from any repository, and a push
+        (C(POST /owner/name.git/git-receive-pack) or without C(.git)) to this one. Every other write there is
+        refused, git LFS included. The other forges, and C(api.github.com), keep the access the allowlist gives.
+      - Compared on read back like every other setting. Set but with no rule admitting C(github.com), the
+        C(limits) say the job can neither fetch from nor push to it.
+      - Unset, C(github.com) is rendered as listed.
+    type: str
+    version_added: 0.12.0
 requirements:
   - openshell == 0.1.5 (Python package, on the host that runs the module; Python 3.11 or later). It carries
     OpenShell's policy schema. Without it the module fails naming the package and the pinned version.
@@ -146,11 +158,12 @@ EXAMPLES = r'''
     deploy_dir: /opt/pi-dispatch/egress
     compare_with: /tmp/job-1234-policy.yaml
 
-- name: Render a job's policy with every endpoint bound to its provider
+- name: Render a GitHub job's policy, bound to its provider, pushing to its own repository only
   pi_dispatch.egress.egress_openshell_policy:
     deploy_dir: /opt/pi-dispatch/egress
     dest: /var/lib/pi-dispatch/jobs/1234/openshell-policy.yaml
     credential_provider: job-1234-anthropic
+    github_repository: pi-dispatch/egress
 
 - name: Compare the policy a gateway holds for a job's sandbox
   pi_dispatch.egress.egress_openshell_policy:
@@ -260,6 +273,7 @@ def main():
             plain_http=dict(type='bool', default=True),
             binaries=dict(type='list', elements='str', default=['/**']),
             credential_provider=dict(type='str'),
+            github_repository=dict(type='str'),
         ),
         required_together=[('gateway', 'sandbox', 'workspace'), ('gateway_cert', 'gateway_key')],
         supports_check_mode=True,

@@ -63,6 +63,7 @@ class DoctorContext:
     openshell_policy: Optional[str] = None  # a deployed OpenShell policy file (openshell.py; none: no line)
     openshell_gateway: Optional[Dict[str, Any]] = None  # a gateway and its sandbox (openshell.py; none: no line)
     openshell_credential_provider: Optional[str] = None  # the job's provider, every endpoint bound to it
+    openshell_github_repository: Optional[str] = None  # a GitHub job's own repository: github.com pushes there only
     forge_urls: Dict[str, str] = dataclasses.field(default_factory=dict)  # name -> URL (forge.py; {}: env)
     mcp_json: Optional[str] = None          # the overlay's mcp.json (mcp.py; none: no line)
 
@@ -113,6 +114,7 @@ class DoctorContext:
             openshell_policy=getattr(options, 'openshell_policy', None) or None,
             openshell_gateway=getattr(options, 'openshell_gateway', None) or None,
             openshell_credential_provider=getattr(options, 'openshell_credential_provider', None) or None,
+            openshell_github_repository=getattr(options, 'openshell_github_repository', None) or None,
             forge_urls=dict(getattr(options, 'forge_urls', None) or {}),
             mcp_json=getattr(options, 'mcp_json', None) or None,
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',

@@ -136,7 +136,8 @@ class DoctorOptions(object):
     render (``openshell.py``; no line when unset). ``openshell_gateway``: dict(endpoint, sandbox, workspace,
     ca, cert, key, timeout) of an OpenShell gateway whose sandbox's effective policy is fetched and compared
     the same way (no line when unset). ``openshell_credential_provider``: the provider the job's policy binds
-    every endpoint to, rendered the same way for both comparisons. ``forge_urls``: name -> a forge's URL,
+    every endpoint to, and ``openshell_github_repository`` the GitHub job's own repository, both rendered the
+    same way for both comparisons. ``forge_urls``: name -> a forge's URL,
     checked to be https:// on 443 and listed (``forge.py``; empty: GITLAB_URL and FORGEJO_URL from ``environ``,
     no line when neither is set).
     ``mcp_json``: the overlay's mcp.json, each enabled server judged as the preflight judges a job's, and an
@@ -159,6 +160,7 @@ class DoctorOptions(object):
                  openshell_policy: Optional[str] = None,
                  openshell_gateway: Optional[Dict[str, Any]] = None,
                  openshell_credential_provider: Optional[str] = None,
+                 openshell_github_repository: Optional[str] = None,
                  forge_urls: Optional[Dict[str, str]] = None, mcp_json: Optional[str] = None) -> None:
         self.proxy = proxy
         self.forge_urls = forge_urls
@@ -166,6 +168,7 @@ class DoctorOptions(object):
         self.openshell_policy = openshell_policy
         self.openshell_gateway = openshell_gateway
         self.openshell_credential_provider = openshell_credential_provider
+        self.openshell_github_repository = openshell_github_repository
         self.credentials_interceptor = credentials_interceptor
         self.credentials_probe_paths = credentials_probe_paths
         self.gateway = gateway
@@ -331,6 +334,7 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         credentials_probe_paths=check_probe_paths(p.get('credentials_probe_paths')),
         openshell_policy=p.get('openshell_policy'), openshell_gateway=openshell_gateway_options(p),
         openshell_credential_provider=p.get('openshell_credential_provider'),
+        openshell_github_repository=p.get('openshell_github_repository'),
         forge_urls=p.get('forge_urls') or {}, mcp_json=p.get('mcp_json'))
 
 

@@ -7,11 +7,12 @@ Runs only when ``openshell_policy`` names the policy file (as ``egress_openshell
 with ``dest``); without it there is no line from here. The render is ``egress_openshell_policy``'s
 own (``_openshell/apply.py`` :class:`PolicyRun`, with the module's defaults: ``plain_http``, the
 binaries ``/**``, no private destination opened; every endpoint bound to
-``openshell_credential_provider`` when it is set, as the job's policy is), so the doctor and the
-module cannot disagree on what the sources mean. The file is read back as the module's
-``compare_with`` reads it, parsed by OpenShell's ``SandboxPolicy`` message, and compared
-semantically (``_openshell/readback.py`` :func:`compare`): rule names, order, case and defaults
-do not count, each endpoint that differs is named.
+``openshell_credential_provider`` and github.com restricted to ``openshell_github_repository`` when
+they are set, as the job's policy is), so the doctor and the module cannot disagree on what the
+sources mean. The file is read back as the module's ``compare_with`` reads it, parsed by
+OpenShell's ``SandboxPolicy`` message, and compared semantically (``_openshell/readback.py``
+:func:`compare`): rule names, order, case and defaults do not count, each endpoint that differs
+is named.
 
 With ``openshell_gateway`` (a gateway, a sandbox, a workspace, the TLS files) the same comparison runs
 against the sandbox's effective policy, fetched with ``GetSandboxConfig`` through the ``openshell``
@@ -28,7 +29,7 @@ policy), ``openshell.untranslatable`` (the sources cannot be rendered: the refus
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
@@ -40,19 +41,22 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell impo
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 
 MODULE = 'pi_dispatch.egress.egress_openshell_policy'
+NO_JOB = (None, None)  # (credential provider, GitHub repository) of the job whose policy is compared
 
 
-def render_params(provider: Optional[str] = None) -> Dict[str, Any]:
-    """egress_openshell_policy's options at their defaults, bound to ``provider`` when given: render only."""
+def render_params(provider: Optional[str] = None, repository: Optional[str] = None) -> Dict[str, Any]:
+    """egress_openshell_policy's options at their defaults, with the job's provider and GitHub repository when
+    given: render only."""
     return dict(deploy_dir=None, dest=None, format='yaml', compare_with=None, gateway=None, sandbox=None,
                 workspace=None, gateway_ca=None, gateway_cert=None, gateway_key=None, gateway_timeout=30.0,
                 private_destinations=[], plain_http=True, binaries=list(_translate.DEFAULT_BINARIES),
-                credential_provider=provider)
+                credential_provider=provider, github_repository=repository)
 
 
 def check_options(params: Dict[str, Any]) -> None:
-    """ValueError for an egress_canary ``openshell_credential_provider`` OpenShell would not take."""
+    """ValueError for egress_canary's job options of the openshell venue that the render would refuse."""
     _translate.check_provider(params.get('openshell_credential_provider'), 'openshell_credential_provider')
+    _translate.check_github_repository(params.get('openshell_github_repository'), 'openshell_github_repository')
 
 
 def _said(text: str) -> str:
@@ -73,16 +77,17 @@ class OpenShellCheck(Check):
 
     def lines(self, ctx: DoctorContext) -> List[Line]:
         deploy_dir = ctx.deploy_dir or _deployment.DEFAULT_DEPLOY_DIR
-        provider = getattr(ctx, 'openshell_credential_provider', None) or None
+        job = (getattr(ctx, 'openshell_credential_provider', None) or None,
+               getattr(ctx, 'openshell_github_repository', None) or None)
         out = []
         path = getattr(ctx, 'openshell_policy', None)
         if path:
-            out.append(self._guarded(deploy_dir, path, lambda: self.line(deploy_dir, path, provider),
+            out.append(self._guarded(deploy_dir, path, lambda: self.line(deploy_dir, path, job),
                                      'compare_with=%s' % path))
         gateway = getattr(ctx, 'openshell_gateway', None)
         if gateway:
             where = gateway_where(gateway)
-            out.append(self._guarded(deploy_dir, where, lambda: self.gateway_line(deploy_dir, gateway, provider),
+            out.append(self._guarded(deploy_dir, where, lambda: self.gateway_line(deploy_dir, gateway, job),
                                      'gateway=%s sandbox=%s workspace=%s' % (
                                          gateway['endpoint'], gateway['sandbox'], gateway['workspace'])))
         return out
@@ -97,7 +102,8 @@ class OpenShellCheck(Check):
                         fix='run %s deploy_dir=%s %s, which says the same with its reason' % (MODULE, deploy_dir, how))
 
     @staticmethod
-    def _render(deploy_dir: str, what: str, fix_tail: str, provider: Optional[str] = None) -> Any:
+    def _render(deploy_dir: str, what: str, fix_tail: str, job: Tuple[Optional[str], Optional[str]] = NO_JOB
+                ) -> Any:
         """The policy the sources render, or the line that says why there is none."""
         if not _schema.available():
             return Line('openshell.package_missing', 'warn',
@@ -106,7 +112,7 @@ class OpenShellCheck(Check):
                         % (what, _schema.PACKAGE, _schema.PINNED_VERSION),
                         fix='%s (Python 3.11 or later) on the host that runs the doctor' % _schema.INSTALL)
         try:
-            run = _apply.PolicyRun(render_params(provider), _deployment.Layout(deploy_dir))
+            run = _apply.PolicyRun(render_params(*job), _deployment.Layout(deploy_dir))
             return run.render()
         except _apply.PolicyFailed as exc:
             refused = exc.extra.get('refused') or []
@@ -118,12 +124,13 @@ class OpenShellCheck(Check):
                              'correct the sources as the message says') + ', then ' + fix_tail)
 
     @staticmethod
-    def gateway_line(deploy_dir: str, gateway: Dict[str, Any], provider: Optional[str] = None) -> Line:
+    def gateway_line(deploy_dir: str, gateway: Dict[str, Any],
+                     job: Tuple[Optional[str], Optional[str]] = NO_JOB) -> Line:
         """The sandbox's effective policy, fetched from the gateway, against what the sources render."""
         where = gateway_where(gateway)
         fix = ('run %s with deploy_dir %s and dest set, then load it into the sandbox (openshell policy set '
                '--policy <file>, on %s)' % (MODULE, deploy_dir, where))
-        rendered = OpenShellCheck._render(deploy_dir, where, fix, provider)
+        rendered = OpenShellCheck._render(deploy_dir, where, fix, job)
         if isinstance(rendered, Line):
             return rendered
         try:
@@ -148,8 +155,8 @@ class OpenShellCheck(Check):
                     % (where, deploy_dir, len(_readback.endpoint_map(rendered)), len(rendered.network_policies)))
 
     @staticmethod
-    def line(deploy_dir: str, path: str, provider: Optional[str] = None) -> Line:
-        rendered = OpenShellCheck._render(deploy_dir, path, _fix_render(deploy_dir, path), provider)
+    def line(deploy_dir: str, path: str, job: Tuple[Optional[str], Optional[str]] = NO_JOB) -> Line:
+        rendered = OpenShellCheck._render(deploy_dir, path, _fix_render(deploy_dir, path), job)
         if isinstance(rendered, Line):
             return rendered
         problem = _read(path)

@@ -107,6 +107,7 @@ class PolicyRun(object):
         try:
             binaries = _translate.check_binaries(p.get('binaries') or list(_translate.DEFAULT_BINARIES))
             provider = _translate.check_provider(p.get('credential_provider'))
+            repository = _translate.check_github_repository(p.get('github_repository'))
         except ValueError as exc:
             raise PolicyFailed('%s. %s' % (exc, NOTHING_WRITTEN))
         opened = p.get('private_destinations') or []
@@ -125,7 +126,8 @@ class PolicyRun(object):
         try:
             translation = _translate.translate(allowlist, endpoints, opened=opened,
                                                plain_http=p.get('plain_http', True), binaries=binaries,
-                                               endpoints_path=path, credential_provider=provider)
+                                               endpoints_path=path, credential_provider=provider,
+                                               github_repository=repository)
         except _translate.Untranslatable as exc:
             raise PolicyFailed(str(exc), refused=[r.as_dict() for r in exc.refusals])
         result.update(policy=translation.policy, rules=translation.origins(),

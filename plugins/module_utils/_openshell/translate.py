@@ -17,6 +17,10 @@ for the same sources, or less where OpenShell reads what squid only tunnelled, a
 * a model endpoint: exactly its host and port;
 * every endpoint is read by OpenShell (``protocol: rest``, ``enforcement: enforce``,
   ``access: full``) and usable by any executable of the job (``binaries``, default ``/**``);
+* with ``github_repository`` (a GitHub job's own ``owner/name``), ``github.com`` carries the git
+  transport with a push to that repository only: its endpoints get explicit REST rules instead of
+  ``access: full`` (any GET and HEAD, a fetch from any repository, a push to that one), which squid,
+  tunnelling without reading, cannot express (seed 000). The other forges keep full access;
 * with ``credential_provider`` (the job's OpenShell provider), every endpoint is bound to it
   (``credential_binding: {provider: ...}``), so the provider's credentials resolve in a request to
   a host the policy admits and nowhere else (seed 000: "every endpoint of the policy is bound to
@@ -32,6 +36,7 @@ cannot express without widening, or cannot express at all, refuses the whole tra
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
@@ -67,6 +72,15 @@ LIMIT_NO_PORT_80 = ('plain_http is off: port 80 of a listed host is not admitted
 LIMIT_PRIVATE = ('OpenShell admits an exact listed name that resolves to an RFC 1918 address, which squid\'s '
                  'destination guard refuses unless egress_private_destinations opens the range; a wildcard endpoint '
                  'does not get that exception')
+
+GITHUB_HOST = 'github.com'
+LIMIT_GITHUB = ('github.com carries the git transport only: any GET and HEAD, a fetch (POST .../git-upload-pack) from '
+                'any repository, and a push (POST .../git-receive-pack) to %s only; every other POST, PUT, PATCH or '
+                'DELETE there is refused, git LFS through github.com included')
+LIMIT_GITHUB_UNLISTED = ('github_repository %s is set, but no rule admits github.com: the job can neither fetch from '
+                         'nor push to it on this venue')
+_GITHUB_OWNER = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$')
+_GITHUB_NAME = re.compile(r'^[A-Za-z0-9._-]{1,100}$')
 
 
 class Refusal(object):
@@ -125,6 +139,7 @@ class Translation(object):
         self.skipped = []     # Skip
         self.limits = []      # str
         self.provider = None  # the provider every endpoint is bound to (bind), or None
+        self.github_repository = None  # the GitHub job's own repository (restrict_github), or None
 
     @property
     def policy(self) -> Dict[str, Any]:
@@ -263,16 +278,19 @@ def _rule(name: str, endpoints: List[Dict[str, Any]], binaries: Sequence[str]) -
 def translate(allowlist: Any, endpoints: Sequence[Any] = (), opened: Optional[Sequence[Any]] = None,
               plain_http: bool = True, binaries: Sequence[str] = DEFAULT_BINARIES,
               endpoints_path: str = _endpoints.FILE_NAME, pool: str = DEFAULT_POOL,
-              credential_provider: Optional[str] = None) -> Translation:
+              credential_provider: Optional[str] = None, github_repository: Optional[str] = None) -> Translation:
     """Translate a parsed allowlist (its ``entries``) and validated model endpoints; see the module docstring.
 
     ``allowlist`` is an ``Allowlist`` whose errors the caller has already refused (only its
     ``path`` and ``entries`` are read), or None for no allowlist (nothing listed). ``opened``:
     the ranges egress_private_destinations opens (None: none). ``credential_provider``: the job's
-    provider, every endpoint bound to it (:func:`check_provider`; None: no binding). Raises
-    :class:`Untranslatable` with every refusal; returns a :class:`Translation` otherwise.
+    provider, every endpoint bound to it (:func:`check_provider`; None: no binding).
+    ``github_repository``: a GitHub job's own ``owner/name``, the only one github.com takes a push for
+    (:func:`restrict_github`; None: github.com as listed). Raises :class:`Untranslatable` with every
+    refusal; returns a :class:`Translation` otherwise.
     """
     provider = check_provider(credential_provider)
+    repository = check_github_repository(github_repository)
     result = Translation()
     refusals = []
     ports = (HTTPS_PORT, HTTP_PORT) if plain_http else (HTTPS_PORT,)
@@ -313,7 +331,7 @@ def translate(allowlist: Any, endpoints: Sequence[Any] = (), opened: Optional[Se
         result.limits.append(LIMIT_PORT_80 if plain_http else LIMIT_NO_PORT_80)
     if any(not _hostnames.is_ipv4(o['entry'].lstrip('.')) for o in listed):
         result.limits.append(LIMIT_PRIVATE)
-    return bind(result, provider)
+    return bind(restrict_github(result, repository), provider)
 
 
 def check_provider(name: Any, key: str = 'credential_provider') -> Optional[str]:
@@ -327,6 +345,47 @@ def check_provider(name: Any, key: str = 'credential_provider') -> Optional[str]
                          'whitespace, at most 253 bytes); give the name of the job\'s provider as openshell provider '
                          'list shows it, or leave it unset for no binding' % (key, name))
     return name
+
+
+def check_github_repository(value: Any, key: str = 'github_repository') -> Optional[str]:
+    """A GitHub job's own repository as ``owner/name`` (GitHub's own character rules), or None. ValueError names
+    ``key``."""
+    if value is None:
+        return None
+    owner, sep, name = value.partition('/') if isinstance(value, str) else ('', '', '')
+    if not sep or not _GITHUB_OWNER.match(owner) or not _GITHUB_NAME.match(name) or name in ('.', '..') \
+            or name.endswith('.git'):
+        raise ValueError('%s: %r is not a GitHub repository as owner/name (the owner letters, digits and -, the name '
+                         'letters, digits, ., _ and -, without .git); give the job\'s own repository, e.g. '
+                         'pi-dispatch/egress, or leave it unset on a job that is not a GitHub job' % (key, value))
+    return value
+
+
+def github_rules(repository: str) -> List[Dict[str, Any]]:
+    """github.com's REST allow rules on a GitHub job: reads, a fetch from anywhere, a push to ``repository`` only.
+
+    OpenShell's path globs: ``*`` and ``**`` match any characters, ``/`` included; ``owner/name`` has no glob
+    character (:func:`check_github_repository`), so the push paths are literal.
+    """
+    allow = [('GET', '/**'), ('HEAD', '/**'), ('POST', '/**/git-upload-pack'),
+             ('POST', '/%s.git/git-receive-pack' % repository), ('POST', '/%s/git-receive-pack' % repository)]
+    return [{'allow': {'method': method, 'path': path}} for method, path in allow]
+
+
+def restrict_github(translation: Translation, repository: Optional[str]) -> Translation:
+    """Give every ``github.com`` endpoint :func:`github_rules` instead of ``access: full`` (None: unchanged)."""
+    if repository is None:
+        return translation
+    found = False
+    for _key, rule, _origin in translation.rules:
+        for endpoint in rule['endpoints']:
+            if endpoint['host'] == GITHUB_HOST:
+                endpoint.pop('access', None)
+                endpoint['rules'] = github_rules(repository)
+                found = True
+    translation.limits.append((LIMIT_GITHUB if found else LIMIT_GITHUB_UNLISTED) % repository)
+    translation.github_repository = repository
+    return translation
 
 
 def bind(translation: Translation, provider: Optional[str]) -> Translation:
