@@ -212,6 +212,14 @@ options:
       - Unset, C(github.com) is rendered as listed.
     type: str
     version_added: 0.12.0
+  openshell_project_policy:
+    description:
+      - The project policy (C(.pi-container/config.yaml)) of the job whose policy is compared, as
+        M(pi_dispatch.egress.egress_openshell_policy)'s I(project_policy). Both comparisons render its opt-ins, so a
+        policy that lost an opted-in port, or opens one the project does not, is a failure naming the endpoint.
+      - Unset, no opt-in is rendered.
+    type: path
+    version_added: 0.12.0
   openshell_sandbox:
     description: The sandbox's name on I(openshell_gateway).
     type: str
@@ -393,6 +401,7 @@ def main():
         openshell_gateway_timeout=dict(type='float', default=30.0),
         openshell_credential_provider=dict(type='str'),
         openshell_github_repository=dict(type='str'),
+        openshell_project_policy=dict(type='path'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_together=[('openshell_gateway', 'openshell_sandbox', 'openshell_workspace'),

@@ -131,6 +131,20 @@ options:
       - Unset, C(github.com) is rendered as listed.
     type: str
     version_added: 0.12.0
+  project_policy:
+    description:
+      - The absolute path of the job's project policy (seed 001's C(.pi-container/config.yaml); only
+        C(egress.allow) is read, as for a transparent job network). Each TCP port opened towards listed names
+        becomes one rule, each name on that port as a passthrough endpoint (no C(protocol); OpenShell neither reads
+        it nor resolves a credential in it, so it is never bound to I(credential_provider)).
+      - Refused as C(openshell-egress-untranslatable), naming the file and the port, are a port opened towards every
+        name (C(true)), any UDP port, and, with I(github_repository), a port opened towards C(github.com) (an
+        uninspected push to any repository).
+      - A missing file opts in nothing and is not created. A symlink, a file that is not the seed's shape, or a
+        relative path is refused naming it.
+      - Unset, no opt-in.
+    type: path
+    version_added: 0.12.0
 requirements:
   - openshell == 0.1.5 (Python package, on the host that runs the module; Python 3.11 or later). It carries
     OpenShell's policy schema. Without it the module fails naming the package and the pinned version.
@@ -274,6 +288,7 @@ def main():
             binaries=dict(type='list', elements='str', default=['/**']),
             credential_provider=dict(type='str'),
             github_repository=dict(type='str'),
+            project_policy=dict(type='path'),
         ),
         required_together=[('gateway', 'sandbox', 'workspace'), ('gateway_cert', 'gateway_key')],
         supports_check_mode=True,

@@ -64,6 +64,7 @@ class DoctorContext:
     openshell_gateway: Optional[Dict[str, Any]] = None  # a gateway and its sandbox (openshell.py; none: no line)
     openshell_credential_provider: Optional[str] = None  # the job's provider, every endpoint bound to it
     openshell_github_repository: Optional[str] = None  # a GitHub job's own repository: github.com pushes there only
+    openshell_project_policy: Optional[str] = None  # the job's project policy: its opt-ins in the render
     forge_urls: Dict[str, str] = dataclasses.field(default_factory=dict)  # name -> URL (forge.py; {}: env)
     mcp_json: Optional[str] = None          # the overlay's mcp.json (mcp.py; none: no line)
 
@@ -115,6 +116,7 @@ class DoctorContext:
             openshell_gateway=getattr(options, 'openshell_gateway', None) or None,
             openshell_credential_provider=getattr(options, 'openshell_credential_provider', None) or None,
             openshell_github_repository=getattr(options, 'openshell_github_repository', None) or None,
+            openshell_project_policy=getattr(options, 'openshell_project_policy', None) or None,
             forge_urls=dict(getattr(options, 'forge_urls', None) or {}),
             mcp_json=getattr(options, 'mcp_json', None) or None,
             decision_log_dir=options.decision_log_dir or os.path.join(options.deploy_dir or '',

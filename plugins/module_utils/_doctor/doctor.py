@@ -119,29 +119,27 @@ def json_lines(lines: Iterable[Line]) -> str:
 class DoctorOptions(object):
     """What one doctor run checks, and how; everything but the daemon connection.
 
-    ``proxy``: the proxy container; ``deploy_dir``: the deployment folder;
-    ``probe_image``: the image the probe containers run (it needs sh and curl).
-    ``pid`` (default: this process's) names the run's objects and ``environ``
-    (default: ``os.environ``) is read for DOCKER_HOST. ``isolation``,
-    ``squid_candidate`` and ``sweep`` switch off the isolation check, the
-    mirror check and the sweep of earlier runs' leftovers; ``firewall`` is
-    ``firewall.py``'s options dict (None: its defaults). ``fallback_probe_image``: the image the
-    probes run when ``probe_image`` is not on the daemon (the collection's own probe image, built
-    locally by the doctor role), said in the ``canary.probe_image`` line. ``gateway``: the transparent
-    gateway, whose check and canary run only when it is given (``transparent.py``); ``transparent_port``:
-    ``host:port`` that canary opts in and must reach. ``credentials_interceptor``: the credential
-    interceptor's container (``credentials.py``; its lines run when the deployment folder declares a
-    credential); ``credentials_probe_paths``: credential name -> the path its canary probe asks the bound host.
+    ``proxy``: the proxy container; ``deploy_dir``: the deployment folder; ``probe_image``: the image the
+    probe containers run (it needs sh and curl). ``pid`` (default: this process's) names the run's objects and
+    ``environ`` (default: ``os.environ``) is read for DOCKER_HOST. ``isolation``, ``squid_candidate`` and
+    ``sweep`` switch off the isolation check, the mirror check and the sweep of earlier runs' leftovers;
+    ``firewall`` is ``firewall.py``'s options dict (None: its defaults). ``fallback_probe_image``: the image
+    the probes run when ``probe_image`` is not on the daemon (the collection's own probe image, built locally
+    by the doctor role), said in the ``canary.probe_image`` line. ``gateway``: the transparent gateway, whose
+    check and canary run only when it is given (``transparent.py``); ``transparent_port``: ``host:port`` that
+    canary opts in and must reach. ``credentials_interceptor``: the credential interceptor's container
+    (``credentials.py``; its lines run when the deployment folder declares a credential);
+    ``credentials_probe_paths``: credential name -> the path its canary probe asks the bound host.
     ``openshell_policy``: a deployed OpenShell policy file, compared with what the deployment folder's sources
     render (``openshell.py``; no line when unset). ``openshell_gateway``: dict(endpoint, sandbox, workspace,
     ca, cert, key, timeout) of an OpenShell gateway whose sandbox's effective policy is fetched and compared
     the same way (no line when unset). ``openshell_credential_provider``: the provider the job's policy binds
-    every endpoint to, and ``openshell_github_repository`` the GitHub job's own repository, both rendered the
-    same way for both comparisons. ``forge_urls``: name -> a forge's URL,
-    checked to be https:// on 443 and listed (``forge.py``; empty: GITLAB_URL and FORGEJO_URL from ``environ``,
-    no line when neither is set).
-    ``mcp_json``: the overlay's mcp.json, each enabled server judged as the preflight judges a job's, and an
-    endpoint only an MCP server uses probed as one (``mcp.py``; no line when unset).
+    every endpoint to, ``openshell_github_repository`` the GitHub job's own repository and
+    ``openshell_project_policy`` its project's opt-ins, all rendered the same way for both comparisons.
+    ``forge_urls``: name -> a forge's URL, checked to be https:// on 443 and listed (``forge.py``; empty:
+    GITLAB_URL and FORGEJO_URL from ``environ``, no line when neither is set). ``mcp_json``: the overlay's
+    mcp.json, each enabled server judged as the preflight judges a job's, and an endpoint only an MCP server
+    uses probed as one (``mcp.py``; no line when unset).
     """
 
     def __init__(self, proxy: str, deploy_dir: Optional[str], probe_image: str,
@@ -161,6 +159,7 @@ class DoctorOptions(object):
                  openshell_gateway: Optional[Dict[str, Any]] = None,
                  openshell_credential_provider: Optional[str] = None,
                  openshell_github_repository: Optional[str] = None,
+                 openshell_project_policy: Optional[str] = None,
                  forge_urls: Optional[Dict[str, str]] = None, mcp_json: Optional[str] = None) -> None:
         self.proxy = proxy
         self.forge_urls = forge_urls
@@ -169,6 +168,7 @@ class DoctorOptions(object):
         self.openshell_gateway = openshell_gateway
         self.openshell_credential_provider = openshell_credential_provider
         self.openshell_github_repository = openshell_github_repository
+        self.openshell_project_policy = openshell_project_policy
         self.credentials_interceptor = credentials_interceptor
         self.credentials_probe_paths = credentials_probe_paths
         self.gateway = gateway
@@ -335,6 +335,7 @@ def canary_options(params: dict[str, Any], deploy_dir: str, check_mode: bool = F
         openshell_policy=p.get('openshell_policy'), openshell_gateway=openshell_gateway_options(p),
         openshell_credential_provider=p.get('openshell_credential_provider'),
         openshell_github_repository=p.get('openshell_github_repository'),
+        openshell_project_policy=p.get('openshell_project_policy'),
         forge_urls=p.get('forge_urls') or {}, mcp_json=p.get('mcp_json'))
 
 

@@ -3,16 +3,15 @@
 # Apache License 2.0 (see LICENSE)
 """The doctor's OpenShell check: the deployed policy file against what the current sources render.
 
-Runs only when ``openshell_policy`` names the policy file (as ``egress_openshell_policy`` wrote it
-with ``dest``); without it there is no line from here. The render is ``egress_openshell_policy``'s
-own (``_openshell/apply.py`` :class:`PolicyRun`, with the module's defaults: ``plain_http``, the
-binaries ``/**``, no private destination opened; every endpoint bound to
-``openshell_credential_provider`` and github.com restricted to ``openshell_github_repository`` when
-they are set, as the job's policy is), so the doctor and the module cannot disagree on what the
-sources mean. The file is read back as the module's ``compare_with`` reads it, parsed by
-OpenShell's ``SandboxPolicy`` message, and compared semantically (``_openshell/readback.py``
-:func:`compare`): rule names, order, case and defaults do not count, each endpoint that differs
-is named.
+Runs only when ``openshell_policy`` names the policy file (as ``egress_openshell_policy`` wrote it with
+``dest``); without it there is no line from here. The render is ``egress_openshell_policy``'s own
+(``_openshell/apply.py`` :class:`PolicyRun`, with the module's defaults: ``plain_http``, the binaries ``/**``,
+no private destination opened; every endpoint bound to ``openshell_credential_provider``, github.com
+restricted to ``openshell_github_repository`` and the opt-ins of ``openshell_project_policy`` when they are
+set, as the job's policy is), so the doctor and the module cannot disagree on what the sources mean. The file
+is read back as the module's ``compare_with`` reads it, parsed by OpenShell's ``SandboxPolicy`` message, and
+compared semantically (``_openshell/readback.py`` :func:`compare`): rule names, order, case and defaults do
+not count, each endpoint that differs is named.
 
 With ``openshell_gateway`` (a gateway, a sandbox, a workspace, the TLS files) the same comparison runs
 against the sandbox's effective policy, fetched with ``GetSandboxConfig`` through the ``openshell``
@@ -41,22 +40,28 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell impo
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 
 MODULE = 'pi_dispatch.egress.egress_openshell_policy'
-NO_JOB = (None, None)  # (credential provider, GitHub repository) of the job whose policy is compared
+NO_JOB = (None, None, None)  # (credential provider, GitHub repository, project policy) of the compared job
+Job = Tuple[Optional[str], Optional[str], Optional[str]]
 
 
-def render_params(provider: Optional[str] = None, repository: Optional[str] = None) -> Dict[str, Any]:
-    """egress_openshell_policy's options at their defaults, with the job's provider and GitHub repository when
-    given: render only."""
+def render_params(provider: Optional[str] = None, repository: Optional[str] = None,
+                  project_policy: Optional[str] = None) -> Dict[str, Any]:
+    """egress_openshell_policy's options at their defaults, with the job's provider, GitHub repository and
+    project policy when given: render only."""
     return dict(deploy_dir=None, dest=None, format='yaml', compare_with=None, gateway=None, sandbox=None,
                 workspace=None, gateway_ca=None, gateway_cert=None, gateway_key=None, gateway_timeout=30.0,
                 private_destinations=[], plain_http=True, binaries=list(_translate.DEFAULT_BINARIES),
-                credential_provider=provider, github_repository=repository)
+                credential_provider=provider, github_repository=repository, project_policy=project_policy)
 
 
 def check_options(params: Dict[str, Any]) -> None:
     """ValueError for egress_canary's job options of the openshell venue that the render would refuse."""
     _translate.check_provider(params.get('openshell_credential_provider'), 'openshell_credential_provider')
     _translate.check_github_repository(params.get('openshell_github_repository'), 'openshell_github_repository')
+    policy = params.get('openshell_project_policy')
+    if policy and not os.path.isabs(policy):
+        raise ValueError('openshell_project_policy %r is not an absolute path; give the absolute path of the '
+                         'project\'s .pi-container/config.yaml' % (policy,))
 
 
 def _said(text: str) -> str:
@@ -78,7 +83,8 @@ class OpenShellCheck(Check):
     def lines(self, ctx: DoctorContext) -> List[Line]:
         deploy_dir = ctx.deploy_dir or _deployment.DEFAULT_DEPLOY_DIR
         job = (getattr(ctx, 'openshell_credential_provider', None) or None,
-               getattr(ctx, 'openshell_github_repository', None) or None)
+               getattr(ctx, 'openshell_github_repository', None) or None,
+               getattr(ctx, 'openshell_project_policy', None) or None)
         out = []
         path = getattr(ctx, 'openshell_policy', None)
         if path:
@@ -102,8 +108,7 @@ class OpenShellCheck(Check):
                         fix='run %s deploy_dir=%s %s, which says the same with its reason' % (MODULE, deploy_dir, how))
 
     @staticmethod
-    def _render(deploy_dir: str, what: str, fix_tail: str, job: Tuple[Optional[str], Optional[str]] = NO_JOB
-                ) -> Any:
+    def _render(deploy_dir: str, what: str, fix_tail: str, job: Job = NO_JOB) -> Any:
         """The policy the sources render, or the line that says why there is none."""
         if not _schema.available():
             return Line('openshell.package_missing', 'warn',
@@ -124,8 +129,7 @@ class OpenShellCheck(Check):
                              'correct the sources as the message says') + ', then ' + fix_tail)
 
     @staticmethod
-    def gateway_line(deploy_dir: str, gateway: Dict[str, Any],
-                     job: Tuple[Optional[str], Optional[str]] = NO_JOB) -> Line:
+    def gateway_line(deploy_dir: str, gateway: Dict[str, Any], job: Job = NO_JOB) -> Line:
         """The sandbox's effective policy, fetched from the gateway, against what the sources render."""
         where = gateway_where(gateway)
         fix = ('run %s with deploy_dir %s and dest set, then load it into the sandbox (openshell policy set '
@@ -155,7 +159,7 @@ class OpenShellCheck(Check):
                     % (where, deploy_dir, len(_readback.endpoint_map(rendered)), len(rendered.network_policies)))
 
     @staticmethod
-    def line(deploy_dir: str, path: str, job: Tuple[Optional[str], Optional[str]] = NO_JOB) -> Line:
+    def line(deploy_dir: str, path: str, job: Job = NO_JOB) -> Line:
         rendered = OpenShellCheck._render(deploy_dir, path, _fix_render(deploy_dir, path), job)
         if isinstance(rendered, Line):
             return rendered

@@ -26,6 +26,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell impo
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._openshell import translate as _translate
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins
 
 NOTHING_WRITTEN = 'Nothing was written.'
 FORMATS = ('yaml', 'json')
@@ -110,6 +111,7 @@ class PolicyRun(object):
             repository = _translate.check_github_repository(p.get('github_repository'))
         except ValueError as exc:
             raise PolicyFailed('%s. %s' % (exc, NOTHING_WRITTEN))
+        optins = self.read_optins(p.get('project_policy'))
         opened = p.get('private_destinations') or []
         allowlist = read_allowlist(self.layout.allowlist, opened)
         result['sources']['allowlist_exists'] = allowlist is not None
@@ -127,7 +129,7 @@ class PolicyRun(object):
             translation = _translate.translate(allowlist, endpoints, opened=opened,
                                                plain_http=p.get('plain_http', True), binaries=binaries,
                                                endpoints_path=path, credential_provider=provider,
-                                               github_repository=repository)
+                                               github_repository=repository, optins=optins)
         except _translate.Untranslatable as exc:
             raise PolicyFailed(str(exc), refused=[r.as_dict() for r in exc.refusals])
         result.update(policy=translation.policy, rules=translation.origins(),
@@ -138,6 +140,26 @@ class PolicyRun(object):
             return _schema.parse(translation.policy, 'the rendered policy')
         except _schema.SchemaRefused as exc:
             raise PolicyFailed('%s %s' % (exc, NOTHING_WRITTEN))
+
+    def read_optins(self, path: Optional[str]) -> Any:
+        """A project's opt-ins (``_policy/optins.py``), None without ``project_policy``.
+
+        A missing file is the seed's deny-all, read and not written: rendering a policy never writes into
+        the project (the job network's ``job_network`` seeds the file).
+        """
+        if not path:
+            return None
+        if not os.path.isabs(path):
+            raise PolicyFailed('project_policy %r is not an absolute path; give the absolute path of the project\'s '
+                               '.pi-container/config.yaml. %s' % (path, NOTHING_WRITTEN))
+        if not os.path.lexists(path):
+            self.warnings.append('%s does not exist: the project opts in nothing (seed 001\'s deny-all); it was not '
+                                 'created' % path)
+            return _optins.deny_all(path)
+        try:
+            return _optins.load(path)
+        except _optins.OptinError as exc:
+            raise PolicyFailed('%s %s' % (str(exc).replace(' Nothing was created.', ''), NOTHING_WRITTEN))
 
     def compare(self, rendered: Any, read_back: Dict[str, Any], where: str) -> None:
         """Refuse when the policy read back (authored or message form) differs from ``rendered``."""

@@ -17,6 +17,11 @@ for the same sources, or less where OpenShell reads what squid only tunnelled, a
 * a model endpoint: exactly its host and port;
 * every endpoint is read by OpenShell (``protocol: rest``, ``enforcement: enforce``,
   ``access: full``) and usable by any executable of the job (``binaries``, default ``/**``);
+* a project's opt-in (seed 001's ``.pi-container/config.yaml``, ``_policy/optins.py``) towards
+  listed names: each name on that TCP port as a passthrough endpoint (no ``protocol``: OpenShell
+  neither reads it nor resolves a credential in it); an opt-in towards every name (``true``), any
+  UDP port, and, on a GitHub job, one towards ``github.com`` (an uninspected push anywhere) are
+  refused;
 * with ``github_repository`` (a GitHub job's own ``owner/name``), ``github.com`` carries the git
   transport with a push to that repository only: its endpoints get explicit REST rules instead of
   ``access: full`` (any GET and HEAD, a fetch from any repository, a push to that one), which squid,
@@ -79,6 +84,8 @@ LIMIT_GITHUB = ('github.com carries the git transport only: any GET and HEAD, a 
                 'DELETE there is refused, git LFS through github.com included')
 LIMIT_GITHUB_UNLISTED = ('github_repository %s is set, but no rule admits github.com: the job can neither fetch from '
                          'nor push to it on this venue')
+LIMIT_OPTIN = ('an opted-in port is a TCP passthrough (no protocol): OpenShell neither reads what it carries nor '
+               'resolves a credential placeholder in it, and no endpoint of it is bound to the provider')
 _GITHUB_OWNER = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$')
 _GITHUB_NAME = re.compile(r'^[A-Za-z0-9._-]{1,100}$')
 
@@ -271,6 +278,24 @@ def _model_endpoint(endpoint: Any, pool: str) -> Tuple[str, Any]:
     return 'rule', [_endpoint(endpoint.host, endpoint.port)]
 
 
+def _optin(proto: str, port: int, value: Any, repository: Optional[str]) -> Tuple[str, Any]:
+    """('rule', [endpoint]) or ('refuse', (reason, fix)) for one opted-in port of a project's policy."""
+    if proto != 'tcp':
+        return 'refuse', ('opens a UDP port: an OpenShell policy admits TCP connections through the sandbox\'s '
+                          'supervisor and has no endpoint for UDP',
+                          'remove it from the project\'s policy for this venue (ntp, udp_ports), or run the project '
+                          'on a transparent job network')
+    if value is True:
+        return 'refuse', ('opens the port towards every name the resolver answers: an OpenShell endpoint names its '
+                          'host (a bare * is refused), and a wider pattern is never guessed',
+                          'list the hosts instead, e.g. ssh: [github.com]')
+    if repository is not None and GITHUB_HOST in value:
+        return 'refuse', ('opens it towards github.com on a GitHub job: that tunnel is not read, so it would carry a '
+                          'push to any repository, which this job may push to %s only' % repository,
+                          'fetch and push over https on this venue (remove github.com from this opt-in)')
+    return 'rule', [{'host': host, 'port': port} for host in value]
+
+
 def _rule(name: str, endpoints: List[Dict[str, Any]], binaries: Sequence[str]) -> Dict[str, Any]:
     return {'name': name, 'endpoints': endpoints, 'binaries': [{'path': path} for path in binaries]}
 
@@ -278,16 +303,18 @@ def _rule(name: str, endpoints: List[Dict[str, Any]], binaries: Sequence[str]) -
 def translate(allowlist: Any, endpoints: Sequence[Any] = (), opened: Optional[Sequence[Any]] = None,
               plain_http: bool = True, binaries: Sequence[str] = DEFAULT_BINARIES,
               endpoints_path: str = _endpoints.FILE_NAME, pool: str = DEFAULT_POOL,
-              credential_provider: Optional[str] = None, github_repository: Optional[str] = None) -> Translation:
+              credential_provider: Optional[str] = None, github_repository: Optional[str] = None,
+              optins: Any = None) -> Translation:
     """Translate a parsed allowlist (its ``entries``) and validated model endpoints; see the module docstring.
 
-    ``allowlist`` is an ``Allowlist`` whose errors the caller has already refused (only its
-    ``path`` and ``entries`` are read), or None for no allowlist (nothing listed). ``opened``:
-    the ranges egress_private_destinations opens (None: none). ``credential_provider``: the job's
-    provider, every endpoint bound to it (:func:`check_provider`; None: no binding).
-    ``github_repository``: a GitHub job's own ``owner/name``, the only one github.com takes a push for
-    (:func:`restrict_github`; None: github.com as listed). Raises :class:`Untranslatable` with every
-    refusal; returns a :class:`Translation` otherwise.
+    ``allowlist`` is an ``Allowlist`` whose errors the caller has already refused (only its ``path`` and
+    ``entries`` are read), or None for no allowlist (nothing listed). ``opened``: the ranges
+    egress_private_destinations opens (None: none). ``credential_provider``: the job's provider, every
+    endpoint bound to it (:func:`check_provider`; None: no binding). ``github_repository``: a GitHub job's own
+    ``owner/name``, the only one github.com takes a push for (:func:`restrict_github`; None: github.com as
+    listed). ``optins``: a project's ``Optins`` (``_policy/optins.py`` ``load``), whose ``path`` names it in a
+    refusal (None: no opt-in). Raises :class:`Untranslatable` with every refusal; returns a
+    :class:`Translation` otherwise.
     """
     provider = check_provider(credential_provider)
     repository = check_github_repository(github_repository)
@@ -322,8 +349,22 @@ def translate(allowlist: Any, endpoints: Sequence[Any] = (), opened: Optional[Se
         origin = dict(source='model-endpoints', where=where, entry=endpoint.address)
         result.rules.append((rule_key('endpoint', endpoint.id),
                              _rule('model endpoint %s' % endpoint.id, detail, binaries), origin))
+    if optins is not None:
+        where_optins = optins.path or 'the project policy'
+        for proto in ('tcp', 'udp'):
+            for port, value in sorted(optins.ports[proto].items()):
+                entry = '%s/%d towards %s' % (proto, port, 'any name' if value is True else ', '.join(value))
+                verdict, detail = _optin(proto, port, value, repository)
+                if verdict == 'refuse':
+                    refusals.append(Refusal('project-policy', where_optins, entry, detail[0], detail[1]))
+                    continue
+                origin = dict(source='project-policy', where=where_optins, entry=entry)
+                result.rules.append(('optin_%s_%d' % (proto, port),
+                                     _rule('project opt-in %s/%d' % (proto, port), detail, binaries), origin))
     if refusals:
         raise Untranslatable(refusals)
+    if any(origin['source'] == 'project-policy' for _k, _r, origin in result.rules):
+        result.limits.append(LIMIT_OPTIN)
     if result.rules:
         result.limits.append(LIMIT_READ)
     listed = [origin for _k, _r, origin in result.rules if origin['source'] == 'allowlist']
@@ -389,11 +430,16 @@ def restrict_github(translation: Translation, repository: Optional[str]) -> Tran
 
 
 def bind(translation: Translation, provider: Optional[str]) -> Translation:
-    """Bind every endpoint of ``translation`` to ``provider`` (a checked name; None leaves it unbound)."""
+    """Bind every read endpoint of ``translation`` to ``provider`` (a checked name; None leaves it unbound).
+
+    A passthrough opt-in is left unbound: OpenShell does not resolve a placeholder in a tunnel it does
+    not read, and refuses a provider-credentialed endpoint without an inspected protocol.
+    """
     if provider is not None:
         for _key, rule, _origin in translation.rules:
             for endpoint in rule['endpoints']:
-                endpoint['credential_binding'] = {'provider': provider}
+                if 'protocol' in endpoint:  # a passthrough opt-in carries no credential
+                    endpoint['credential_binding'] = {'provider': provider}
         translation.provider = provider
     return translation
 
