@@ -336,7 +336,11 @@ def main():
 
     client = dc.module_client(module)
     try:
-        spec = _proxy_spec.for_venue(spec, _venue.venue(client))
+        found = _venue.venue(client)
+        spec = _proxy_spec.for_venue(spec, found)
+        problem = found.limits_problem() if p['state'] != 'absent' else None
+        if problem:
+            module.fail_json(msg='%s. Nothing was changed.' % problem)
     except dc.EngineError as exc:
         module.fail_json(msg='%s Nothing was changed.' % exc)
     except _proxy_spec.ProxyError as exc:

@@ -47,13 +47,15 @@ VENUES: Dict[str, Dict[str, Any]] = {
 class Venue(object):
     """The engine behind a client: ``kind`` (docker or podman), its version and whether it runs rootless."""
 
-    def __init__(self, kind: str, version: str = '', api_version: str = '', rootless: bool = False) -> None:
+    def __init__(self, kind: str, version: str = '', api_version: str = '', rootless: bool = False,
+                 cgroup_version: str = '') -> None:
         if kind not in VENUES:
             raise ValueError('unknown engine kind %r' % kind)
         self.kind = kind
         self.version = version
         self.api_version = api_version
         self.rootless = rootless
+        self.cgroup_version = cgroup_version  # '1' or '2' as the engine says it ('' not said)
         self.traits = VENUES[kind]
 
     @property
@@ -70,6 +72,24 @@ class Venue(object):
     def describe(self) -> str:
         return '%s %s%s' % ('Podman' if self.is_podman else 'Docker Engine', self.version or '(version unknown)',
                             ' (rootless)' if self.rootless else '')
+
+    def limits_problem(self) -> Optional[str]:
+        """Why a container's memory and pids limits would not hold on this engine, or None.
+
+        Rootless on cgroup v1, the engine applies none. Measured with Podman 4.3.1 (Debian 12) rootless on a
+        cgroup v1 host: ``podman run --memory=512m --pids-limit=256`` says "Resource limits are not supported
+        and ignored on cgroups V1 rootless systems", the same create through the API succeeds without a word,
+        the process sits in its parent's unlimited memory cgroup, and inspect reports ``Memory=0
+        PidsLimit=0`` while the compat ``/info`` says ``MemoryLimit: true``. Docker documents the same for
+        its rootless mode (limits need cgroup v2).
+        """
+        if self.rootless and self.cgroup_version == '1':
+            return ('%s runs rootless on a cgroup v1 host, where it applies no memory or pids limit: the proxy '
+                    'would run without the limits it is deployed with, and every later run would see it differ '
+                    '(inspect reports Memory=0). Fix: boot the host with cgroup v2 (systemd.unified_cgroup_'
+                    'hierarchy=1, the default of Debian 12 and later), or run the proxy on the rootful engine '
+                    '(docs/podman.md)' % self.describe())
+        return None
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(kind=self.kind, version=self.version, api_version=self.api_version, rootless=self.rootless)
@@ -129,10 +149,11 @@ def venue(client: Any) -> Venue:
     version = docker_client.read('Asking the engine its version', client.version)
     found = from_version(version)
     if found.is_podman:
-        found.rootless = _podman_rootless(client)
+        found.rootless, found.cgroup_version = _podman_rootless(client)
     else:
         info = docker_client.read('Asking the engine its configuration', client.info)
         found.rootless = docker_rootless(info)
+        found.cgroup_version = cgroup_version((info or {}).get('CgroupVersion') if isinstance(info, dict) else None)
     try:
         setattr(client, _ATTR, found)
     except AttributeError:  # pragma: no cover - a client type that refuses attributes is asked again
@@ -140,17 +161,24 @@ def venue(client: Any) -> Venue:
     return found
 
 
-def _podman_rootless(client: Any) -> bool:
-    """Podman's libpod info says rootless (the compat /info does not)."""
+def cgroup_version(text: Any) -> str:
+    """``1`` or ``2`` from Docker's ``CgroupVersion`` or Podman's ``cgroupVersion`` (``v1``); '' otherwise."""
+    value = str(text or '').strip().lower().lstrip('v')
+    return value if value in ('1', '2') else ''
+
+
+def _podman_rootless(client: Any) -> Tuple[bool, str]:
+    """(rootless, cgroup version) from Podman's libpod info (the compat /info does not say rootless)."""
     api = client.api
     try:
         response = api.get(api.base_url + '/v4.0.0/libpod/info', timeout=30)
         response.raise_for_status()
-        return bool(((response.json().get('host') or {}).get('security') or {}).get('rootless'))
+        host = response.json().get('host') or {}
+        return bool((host.get('security') or {}).get('rootless')), cgroup_version(host.get('cgroupVersion'))
     except Exception:  # an older Podman without the libpod API: the socket path tells
         # The SDK's base_url is http+docker://localhost for every socket; the adapter keeps the path.
         path = getattr(getattr(api, '_custom_adapter', None), 'socket_path', '') or getattr(api, 'base_url', '')
-        return '/run/user/' in str(path or '')
+        return '/run/user/' in str(path or ''), ''
 
 
 def run_health_check(client: Any, name: str) -> None:

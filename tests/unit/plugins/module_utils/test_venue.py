@@ -764,3 +764,44 @@ def test_for_venue_podman_refuses_an_operator_host_gateway(files, extra_hosts):
     assert [e for e in extra_hosts if e.endswith(':host-gateway')][0] in text
     assert 'host.containers.internal' in text and 'egress_proxy_extra_hosts' in text
     assert _spec.for_venue(spec, _venue.Venue(_venue.DOCKER, '20.10.24')) is spec
+
+
+# --- the proxy's limits: rootless on cgroup v1 applies none -------------------------------------------------
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('1', '1'), ('2', '2'), ('v1', '1'), ('v2', '2'), ('V2', '2'), (' v1 ', '1'), (1, '1'), (2, '2'),
+    ('', ''), (None, ''), ('v3', ''), ('cgroup2', ''),
+])
+def test_cgroup_version(text, expected):
+    assert _venue.cgroup_version(text) == expected
+
+
+def _libpod_info_cgroup(rootless, version):
+    return FakeResponse(200, {'host': {'security': {'rootless': rootless}, 'cgroupVersion': version}})
+
+
+# (engine, its answers, whether the limits would not hold)
+LIMITS = [
+    # Measured: Podman 4.3.1 rootless on this cgroup v1 machine says cgroupVersion v1 and applies none.
+    ('rootless Podman on cgroup v1', _podman_client({LIBPOD_INFO: _libpod_info_cgroup(True, 'v1')}), True),
+    ('rootful Podman on cgroup v1', _podman_client({LIBPOD_INFO: _libpod_info_cgroup(False, 'v1')}), False),
+    ('rootless Podman on cgroup v2', _podman_client({LIBPOD_INFO: _libpod_info_cgroup(True, 'v2')}), False),
+    ('rootless Podman that does not say', _podman_client({LIBPOD_INFO: _libpod_info(True)}), False),
+    ('Podman without the libpod API', _podman_client({LIBPOD_INFO: ConnectionError('refused')},
+                                                      base_url='http+unix:///run/user/1000/podman/podman.sock'),
+     False),
+    ('rootless Docker on cgroup v1', FakeClient(DOCKER_VERSION, dict(DOCKER_ROOTLESS_INFO, CgroupVersion='1')), True),
+    ('rootless Docker on cgroup v2', FakeClient(DOCKER_VERSION, dict(DOCKER_ROOTLESS_INFO, CgroupVersion='2')), False),
+    ('rootful Docker on cgroup v1', FakeClient(DOCKER_VERSION, dict(DOCKER_ROOTFUL_INFO, CgroupVersion='1')), False),
+]
+
+
+@pytest.mark.parametrize('case, client, refused', LIMITS, ids=[c[0] for c in LIMITS])
+def test_the_limits_do_not_hold_rootless_on_cgroup_v1(case, client, refused):
+    found = _venue.venue(client)
+    problem = found.limits_problem()
+    assert (problem is not None) is refused, case
+    if refused:
+        assert found.describe() in problem and 'cgroup v1' in problem and 'Fix: boot the host with cgroup v2' in problem
+        assert 'rootful engine' in problem

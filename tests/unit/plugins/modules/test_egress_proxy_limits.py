@@ -1,0 +1,93 @@
+"""egress_proxy on an engine that would not hold the proxy's limits: refused before the engine is changed.
+
+Measured with Podman 4.3.1 rootless on this machine (cgroup v1): a container created with memory and pids
+limits through the API runs without them, and inspect reports ``Memory=0`` (docs/podman.md). The engine here
+is a fake that answers what that Podman answered and fails any call that would change something.
+"""
+
+import json
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.common.text.converters import to_bytes
+
+from ansible_collections.pi_dispatch.egress.plugins.modules import egress_proxy as _module
+
+
+class _Response(object):
+    def __init__(self, payload):
+        self.payload = payload
+
+    def raise_for_status(self):
+        return None
+
+    def json(self):
+        return self.payload
+
+
+class _Api(object):
+    base_url = 'http+docker://localhost'
+
+    def __init__(self, cgroup_version, rootless):
+        self.info = {'host': {'security': {'rootless': rootless}, 'cgroupVersion': cgroup_version}}
+
+    def get(self, url, timeout=None):
+        assert url.endswith('/v4.0.0/libpod/info'), url
+        return _Response(self.info)
+
+
+class _Untouchable(object):
+    def __getattr__(self, name):
+        raise AssertionError('the engine was asked to %s' % name)
+
+
+class _Client(object):
+    """What Podman 4.3.1 rootless answered on a cgroup v1 host (version, libpod info)."""
+
+    def __init__(self, cgroup_version='v1', rootless=True):
+        self.api = _Api(cgroup_version, rootless)
+        self.containers = _Untouchable()
+        self.networks = _Untouchable()
+        self.images = _Untouchable()
+
+    def version(self):
+        return {'Version': '4.3.1', 'ApiVersion': '1.41',
+                'Components': [{'Name': 'Podman Engine', 'Version': '4.3.1'}]}
+
+
+def _run(monkeypatch, client, args):
+    monkeypatch.setattr(basic, '_ANSIBLE_ARGS', to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args})))
+    monkeypatch.setattr(basic, '_ANSIBLE_PROFILE', 'legacy', raising=False)
+    monkeypatch.setattr(_module.dc, 'module_client', lambda module: client)
+    outcome = {}
+
+    def leave(kind):
+        def done(self, **kwargs):
+            outcome.update(kind=kind, result=kwargs)
+            raise SystemExit(0 if kind == 'exit' else 1)
+        return done
+
+    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', leave('exit'))
+    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', leave('fail'))
+    with pytest.raises(SystemExit):
+        _module.main()
+    return outcome['kind'], outcome['result']
+
+
+def test_rootless_on_cgroup_v1_is_refused_before_anything_changes(monkeypatch, tmp_path):
+    deploy = tmp_path / 'egress'
+    deploy.mkdir()
+    (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
+    kind, result = _run(monkeypatch, _Client(), dict(deploy_dir=str(deploy)))
+    assert kind == 'fail', result
+    assert result['msg'].startswith('Podman 4.3.1 (rootless) runs rootless on a cgroup v1 host')
+    assert 'no memory or pids limit' in result['msg'] and result['msg'].endswith('Nothing was changed.')
+    assert sorted(p.name for p in deploy.iterdir()) == ['egress-allowlist.conf']
+
+
+def test_removing_the_proxy_is_not_refused_there(monkeypatch):
+    kind, result = _run(monkeypatch, _Client(), dict(state='absent'))
+    # state=absent goes past the limits check to the engine (a fake that fails any call that asks it)
+    assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
+    assert 'cgroup v1' not in result['msg']
