@@ -164,8 +164,8 @@ def test_a_policy_that_admits_a_push_elsewhere_differs_at_github_com(read_back_r
     _t, rendered = _message(provider='p')
     _t, read_back = _message(repository=read_back_repository, provider='p')
     differences = _readback.compare(rendered, read_back)
-    assert [(d.host, d.port, d.kind) for d in differences] == [('github.com', 80, 'changed'),
-                                                              ('github.com', 443, 'changed')]
+    found = [(d.host, d.port, d.kind) for d in differences]
+    assert found == [('github.com', 80, 'changed'), ('github.com', 443, 'changed')]
 
 
 # --- the module and the doctor ------------------------------------------------------------------------------

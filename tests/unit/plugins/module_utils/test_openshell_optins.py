@@ -117,11 +117,11 @@ def test_a_passthrough_opt_in_is_never_bound_to_the_provider():
 
 @needs_schema
 def test_a_policy_that_lost_an_opt_in_is_named():
-    _t, rendered = _render(_allow(ssh=['gitlab.example.com']))
-    _t, read_back = _render(_allow())
-    assert [(d.host, d.port, d.kind) for d in _readback.compare(rendered, read_back)] == [
+    _t, with_optin = _render(_allow(ssh=['gitlab.example.com']))
+    _t, without = _render(_allow())
+    assert [(d.host, d.port, d.kind) for d in _readback.compare(with_optin, without)] == [
         ('gitlab.example.com', 22, 'missing')]
-    assert [(d.host, d.port, d.kind) for d in _readback.compare(read_back, rendered)] == [
+    assert [(d.host, d.port, d.kind) for d in _readback.compare(without, with_optin)] == [
         ('gitlab.example.com', 22, 'added')]
 
 
