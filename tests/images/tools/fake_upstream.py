@@ -78,17 +78,53 @@ class DualStackServer(ThreadingHTTPServer):
         super().server_bind()
 
 
+# How long one connection may take to finish its TLS handshake before it is dropped.
+HANDSHAKE_TIMEOUT_S = 20
+
+
+class TLSMixin(object):
+    """The TLS handshake in the connection's own thread, bounded, as a real server does it.
+
+    Wrapping the listening socket would run every handshake inside accept(), on the one thread that
+    serves the port: a single peer that connects and sends nothing (a spare connection, a probe
+    cut off half way) would stall every later connection to the port until it closed, and a
+    probe behind it would see no answer at all.
+    """
+    tls_context = None
+
+    def finish_request(self, request, client_address):
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            conn = self.tls_context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            print('tls handshake from %s failed: %s' % (client_address[0], exc), flush=True)
+            return
+        try:
+            conn.settimeout(None)
+            super().finish_request(conn, client_address)
+        finally:
+            conn.close()
+
+
+class TLSDualStackServer(TLSMixin, DualStackServer):
+    pass
+
+
+class TLSServer(TLSMixin, ThreadingHTTPServer):
+    pass
+
+
 def bind(port, tls, certdir):
     """Bind the listening socket now, so "ready" is printed only once every port accepts."""
     handler = make_handler(port, 'https' if tls else 'http')
     try:
-        httpd = DualStackServer(('::', port), handler)
+        httpd = (TLSDualStackServer if tls else DualStackServer)(('::', port), handler)
     except OSError:  # IPv6 is off in this container (no IPv6 network): IPv4 only, as before
-        httpd = ThreadingHTTPServer(('', port), handler)
+        httpd = (TLSServer if tls else ThreadingHTTPServer)(('', port), handler)
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(os.path.join(certdir, 'cert.pem'), os.path.join(certdir, 'key.pem'))
-        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        httpd.tls_context = ctx
     return httpd
 
 
