@@ -11,8 +11,6 @@ import json
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import openshell as _openshell
@@ -136,49 +134,32 @@ def test_one_endpoint_unbound_is_the_one_difference():
 
 # --- the module ----------------------------------------------------------------------------------------------
 
-def _run(monkeypatch, args):
-    monkeypatch.setattr(basic, '_ANSIBLE_ARGS', to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args})))
-    monkeypatch.setattr(basic, '_ANSIBLE_PROFILE', 'legacy', raising=False)
-    outcome = {}
-
-    def leave(kind):
-        def done(self, **kwargs):
-            outcome.update(kind=kind, result=kwargs)
-            raise SystemExit(0 if kind == 'exit' else 1)
-        return done
-
-    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', leave('exit'))
-    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', leave('fail'))
-    with pytest.raises(SystemExit):
-        _module.main()
-    return outcome['kind'], outcome['result']
-
 
 @needs_schema
-def test_the_module_binds_and_refuses_a_read_back_without_the_binding(monkeypatch, tmp_path):
+def test_the_module_binds_and_refuses_a_read_back_without_the_binding(tmp_path, run_module):
     folder = _folder(tmp_path)
     unbound = tmp_path / 'unbound.yaml'
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), dest=str(unbound)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), dest=str(unbound)))
     assert kind == 'exit', result
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), credential_provider=PROVIDER,
-                                          dest=str(tmp_path / 'bound.yaml')))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), credential_provider=PROVIDER,
+                                                 dest=str(tmp_path / 'bound.yaml')))
     assert kind == 'exit', result
     endpoints = [e for r in result['policy']['network_policies'].values() for e in r['endpoints']]
     assert len(endpoints) == SEED_ENDPOINTS
     assert all(e['credential_binding'] == {'provider': PROVIDER} for e in endpoints)
     assert 'provider: "%s"' % PROVIDER in (tmp_path / 'bound.yaml').read_text()
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), credential_provider=PROVIDER,
-                                          compare_with=str(unbound)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), credential_provider=PROVIDER,
+                                                 compare_with=str(unbound)))
     assert kind == 'fail' and _readback.READBACK_DIFFERS in result['msg']
     assert 'api.anthropic.com:443: changed' in result['msg']
     assert len(result['differences']) == SEED_ENDPOINTS
 
 
 @needs_schema
-def test_the_module_refuses_a_bad_provider_and_writes_nothing(monkeypatch, tmp_path):
+def test_the_module_refuses_a_bad_provider_and_writes_nothing(tmp_path, run_module):
     folder = _folder(tmp_path)
     dest = tmp_path / 'p.yaml'
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), credential_provider=' x', dest=str(dest)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), credential_provider=' x', dest=str(dest)))
     assert kind == 'fail' and result['msg'].startswith('credential_provider: ') and not dest.exists()
 
 

@@ -9,12 +9,9 @@ module and the doctor.
 """
 
 import fnmatch
-import json
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import openshell as _openshell
@@ -177,46 +174,29 @@ def _folder(tmp_path):
     return folder
 
 
-def _run(monkeypatch, args):
-    monkeypatch.setattr(basic, '_ANSIBLE_ARGS', to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args})))
-    monkeypatch.setattr(basic, '_ANSIBLE_PROFILE', 'legacy', raising=False)
-    outcome = {}
-
-    def leave(kind):
-        def done(self, **kwargs):
-            outcome.update(kind=kind, result=kwargs)
-            raise SystemExit(0 if kind == 'exit' else 1)
-        return done
-
-    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', leave('exit'))
-    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', leave('fail'))
-    with pytest.raises(SystemExit):
-        _module.main()
-    return outcome['kind'], outcome['result']
-
-
 @needs_schema
-def test_the_module_restricts_and_refuses_a_read_back_that_pushes_anywhere(monkeypatch, tmp_path):
+def test_the_module_restricts_and_refuses_a_read_back_that_pushes_anywhere(tmp_path, run_module):
     folder = _folder(tmp_path)
     listed = tmp_path / 'listed.yaml'
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), dest=str(listed)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), dest=str(listed)))
     assert kind == 'exit', result
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), github_repository=REPO))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), github_repository=REPO))
     assert kind == 'exit', result
     github = [e for r in result['policy']['network_policies'].values() for e in r['endpoints']
               if e['host'] == 'github.com']
     assert all(e['rules'] == _translate.github_rules(REPO) and 'access' not in e for e in github)
     assert _translate.LIMIT_GITHUB % REPO in result['limits']
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), github_repository=REPO, compare_with=str(listed)))
+    kind, result = run_module(_module.main,
+                              dict(deploy_dir=str(folder), github_repository=REPO, compare_with=str(listed)))
     assert kind == 'fail' and _readback.READBACK_DIFFERS in result['msg']
     assert [(d['host'], d['port']) for d in result['differences']] == [('github.com', 80), ('github.com', 443)]
 
 
 @needs_schema
-def test_the_module_refuses_a_bad_repository_and_writes_nothing(monkeypatch, tmp_path):
+def test_the_module_refuses_a_bad_repository_and_writes_nothing(tmp_path, run_module):
     folder = _folder(tmp_path)
     dest = tmp_path / 'p.yaml'
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), github_repository='a/*', dest=str(dest)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), github_repository='a/*', dest=str(dest)))
     assert kind == 'fail' and result['msg'].startswith('github_repository: ') and not dest.exists()
 
 

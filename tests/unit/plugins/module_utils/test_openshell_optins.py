@@ -5,13 +5,10 @@ The opt-ins are seed 001's ``.pi-container/config.yaml`` (``egress.allow``), rea
 ``SandboxPolicy`` message; the module and the doctor read the file through ``project_policy``.
 """
 
-import json
 import os
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import openshell as _openshell
@@ -127,26 +124,6 @@ def test_a_policy_that_lost_an_opt_in_is_named():
 
 # --- the module ----------------------------------------------------------------------------------------------
 
-def _run(monkeypatch, args):
-    monkeypatch.setattr(basic, '_ANSIBLE_ARGS', to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args})))
-    monkeypatch.setattr(basic, '_ANSIBLE_PROFILE', 'legacy', raising=False)
-    outcome = {}
-
-    def leave(kind):
-        def done(self, **kwargs):
-            outcome.update(kind=kind, result=kwargs)
-            raise SystemExit(0 if kind == 'exit' else 1)
-        return done
-
-    warnings = []
-    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', leave('exit'))
-    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', leave('fail'))
-    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, text: warnings.append(text))
-    with pytest.raises(SystemExit):
-        _module.main()
-    outcome['result']['warnings'] = warnings
-    return outcome['kind'], outcome['result']
-
 
 @pytest.fixture
 def project(tmp_path):
@@ -158,10 +135,10 @@ def project(tmp_path):
 
 
 @needs_schema
-def test_the_module_renders_the_projects_opt_ins(monkeypatch, project):
+def test_the_module_renders_the_projects_opt_ins(project, run_module):
     folder, policy = project
     policy.write_text('egress:\n  allow:\n    ssh: [gitlab.example.com]\n    ntp: false\n')
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), project_policy=str(policy)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=str(policy)))
     assert kind == 'exit', result
     assert result['policy']['network_policies']['optin_tcp_22']['endpoints'] == [
         {'host': 'gitlab.example.com', 'port': 22}]
@@ -169,9 +146,9 @@ def test_the_module_renders_the_projects_opt_ins(monkeypatch, project):
 
 
 @needs_schema
-def test_a_missing_project_policy_opts_in_nothing_and_is_not_created(monkeypatch, project):
+def test_a_missing_project_policy_opts_in_nothing_and_is_not_created(project, run_module):
     folder, policy = project
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), project_policy=str(policy)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=str(policy)))
     assert kind == 'exit', result
     assert not policy.exists()
     assert not [k for k in result['policy']['network_policies'] if k.startswith('optin_')]
@@ -185,8 +162,8 @@ def test_a_missing_project_policy_opts_in_nothing_and_is_not_created(monkeypatch
     ('not yaml', 'config.yaml'),
     ('udp', 'openshell-egress-untranslatable'),
 ])
-def test_a_bad_project_policy_is_refused_naming_it_and_nothing_is_written(monkeypatch, project, tmp_path, setup,
-                                                                          words):
+def test_a_bad_project_policy_is_refused_naming_it_and_nothing_is_written(project, tmp_path, setup,
+                                                                          words, run_module):
     folder, policy = project
     dest = tmp_path / 'out.yaml'
     path = str(policy)
@@ -199,7 +176,7 @@ def test_a_bad_project_policy_is_refused_naming_it_and_nothing_is_written(monkey
         policy.write_text('egress: [unclosed\n')
     else:
         policy.write_text('egress:\n  allow:\n    udp_ports: [51820]\n')
-    kind, result = _run(monkeypatch, dict(deploy_dir=str(folder), project_policy=path, dest=str(dest)))
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=path, dest=str(dest)))
     assert kind == 'fail' and words in result['msg'], result['msg']
     assert 'nothing was' in result['msg'].lower() and 'written' in result['msg'] and not dest.exists()
 

@@ -5,13 +5,6 @@ limits through the API runs without them, and inspect reports ``Memory=0`` (docs
 is a fake that answers what that Podman answered and fails any call that would change something.
 """
 
-import json
-
-import pytest
-
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
-
 from ansible_collections.pi_dispatch.egress.plugins.modules import egress_proxy as _module
 
 
@@ -56,38 +49,24 @@ class _Client(object):
                 'Components': [{'Name': 'Podman Engine', 'Version': '4.3.1'}]}
 
 
-def _run(monkeypatch, client, args):
-    monkeypatch.setattr(basic, '_ANSIBLE_ARGS', to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args})))
-    monkeypatch.setattr(basic, '_ANSIBLE_PROFILE', 'legacy', raising=False)
+def _run_limits(monkeypatch, run_module, client, args):
     monkeypatch.setattr(_module.dc, 'module_client', lambda module: client)
-    outcome = {}
-
-    def leave(kind):
-        def done(self, **kwargs):
-            outcome.update(kind=kind, result=kwargs)
-            raise SystemExit(0 if kind == 'exit' else 1)
-        return done
-
-    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', leave('exit'))
-    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', leave('fail'))
-    with pytest.raises(SystemExit):
-        _module.main()
-    return outcome['kind'], outcome['result']
+    return run_module(_module.main, args)
 
 
-def test_rootless_on_cgroup_v1_is_refused_before_anything_changes(monkeypatch, tmp_path):
+def test_rootless_on_cgroup_v1_is_refused_before_anything_changes(monkeypatch, tmp_path, run_module):
     deploy = tmp_path / 'egress'
     deploy.mkdir()
     (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
-    kind, result = _run(monkeypatch, _Client(), dict(deploy_dir=str(deploy)))
+    kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(deploy_dir=str(deploy)))
     assert kind == 'fail', result
     assert result['msg'].startswith('Podman 4.3.1 (rootless) runs rootless on a cgroup v1 host')
     assert 'no memory or pids limit' in result['msg'] and result['msg'].endswith('Nothing was changed.')
     assert sorted(p.name for p in deploy.iterdir()) == ['egress-allowlist.conf']
 
 
-def test_removing_the_proxy_is_not_refused_there(monkeypatch):
-    kind, result = _run(monkeypatch, _Client(), dict(state='absent'))
+def test_removing_the_proxy_is_not_refused_there(monkeypatch, run_module):
+    kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(state='absent'))
     # state=absent goes past the limits check to the engine (a fake that fails any call that asks it)
     assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
     assert 'cgroup v1' not in result['msg']
