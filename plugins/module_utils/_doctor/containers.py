@@ -17,7 +17,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import parse_probe_output, probe_script
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import (
+    parse_probe_output, probe_script, resolve_allowance)
 
 
 def probe_env(ctx: DoctorContext) -> Tuple[str, Dict[str, str]]:
@@ -101,7 +102,7 @@ def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict,
     raw = {}
     run_container(ctx, probe, name or probe_name(probe, ctx.pid),
                   probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
-                  timeout + ctx.start_grace)
+                  timeout + ctx.start_grace + resolve_allowance())
     text, why = raw.get(probe, (None, 'it did not finish'))
     if text is None:
         results[probe] = (None, why)

@@ -32,10 +32,24 @@ ENDPOINT_PROBE_LABELS = {'tunnel': 'tunnel', 'port': 'port-exact', 'plain': 'pla
 # --- probe results: pure classification ------------------------------------------------------
 
 PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
+# curl's exit code when the proxy's own name did not resolve. Podman 4.3's aardvark-dns (1.4) drops its
+# listeners for a moment each time a container joins a network (containers/aardvark-dns#389), and the
+# doctor starts its probes together, so one of them can be refused an answer (measured in the Podman
+# gate: "Could not resolve proxy"). Such a probe tries again, RESOLVE_RETRIES times, RESOLVE_RETRY_S apart;
+# any other outcome, and the last try, is the probe's result.
+CURL_PROXY_UNRESOLVED = 5
+RESOLVE_RETRIES = 3
+RESOLVE_RETRY_S = 1
+
+
+def resolve_allowance() -> int:
+    """Seconds a probe container may take beyond its curl and start grace: the retries of an unresolved proxy."""
+    return RESOLVE_RETRIES * (RESOLVE_RETRY_S + 1)
 
 
 def probe_script(url: str, proxy_url: str, timeout: int, tunnel: bool = False, connect_to: Optional[str] = None) -> str:
-    """The shell the probe container runs: one curl, bounded, with a parseable trailer.
+    """The shell the probe container runs: one curl (tried again only while the proxy's name does not
+    resolve), bounded, with a parseable trailer.
 
     ``-k``: no credential is sent, so the certificate is not what is proved;
     reaching the host through the tunnel is. ``connect_to`` (``host:port:other:port``): the tunnel
@@ -51,8 +65,11 @@ def probe_script(url: str, proxy_url: str, timeout: int, tunnel: bool = False, c
     if connect_to:
         curl += ['--connect-to', "'%s'" % connect_to]
     curl.append("'%s'" % url)
-    return ('%s 2>/tmp/e; rc=$?; echo "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
-            'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (' '.join(curl), PROBE_MARK, PROBE_MARK, PROBE_MARK))
+    retry = ('n=0; while :; do %s 2>/tmp/e; rc=$?; if [ $rc -ne %d ] || [ $n -ge %d ]; then break; fi; '
+             'n=$((n+1)); sleep %d; done; ' % (' '.join(curl), CURL_PROXY_UNRESOLVED, RESOLVE_RETRIES,
+                                               RESOLVE_RETRY_S))
+    return ('%secho "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
+            'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (retry, PROBE_MARK, PROBE_MARK, PROBE_MARK))
 
 
 def parse_probe_output(text: Optional[str]) -> Optional[Dict[str, Any]]:

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -362,6 +363,43 @@ def test_probe_script_is_bounded_and_never_reads_a_file_for_w():
     script = _doctor_probes.probe_script('https://api.provider.test/', 'http://proxy:3128', 7)
     assert '--max-time 7' in script and '--connect-timeout 7' in script
     assert "-w '@" not in script
+
+
+FAKE_CURL = """#!/bin/sh
+# answers each call with the next exit code of $FAKE_CODES, printing the -w line as curl would
+n=$(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$FAKE_DIR/calls"
+code=$(echo $FAKE_CODES | cut -d' ' -f$n)
+[ "$code" = 0 ] && echo "PIDOCTOR 401 200" || echo "PIDOCTOR 000 000"
+echo "curl: ($code) attempt $n" >&2
+exit $code
+"""
+
+
+@pytest.mark.parametrize('codes, calls, rc, code', [
+    ('5 5 0', 3, 0, 401),         # the proxy's name resolved on the third try
+    ('5 5 5 5 5', 4, 5, 0),       # one try and RESOLVE_RETRIES more, then the probe did not run
+    ('56', 1, 56, 0),             # a refused tunnel is an answer: never tried again
+    ('28', 1, 28, 0),             # nor a timeout
+    ('7', 1, 7, 0),
+    ('0', 1, 0, 401),
+])
+def test_a_probe_tries_again_only_while_the_proxy_name_does_not_resolve(monkeypatch, tmp_path, codes, calls, rc,
+                                                                        code):
+    monkeypatch.setattr(_doctor_probes, 'RESOLVE_RETRY_S', 0)
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'curl').write_text(FAKE_CURL)
+    os.chmod(str(bin_dir / 'curl'), 0o755)
+    # The script writes the probe container's /tmp/h and /tmp/e: here, into the test's own folder.
+    script = _doctor_probes.probe_script('https://api.provider.test/', 'http://proxy:3128', 7)
+    script = script.replace('/tmp/', str(tmp_path) + '/')
+    env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']), FAKE_CODES=codes, FAKE_DIR=str(tmp_path))
+    out = subprocess.run(['sh', '-c', script], stdout=subprocess.PIPE, env=env, timeout=30,
+                         check=False).stdout.decode()
+    assert (tmp_path / 'calls').read_text().strip() == str(calls)
+    parsed = _doctor_probes.parse_probe_output(out)
+    assert (parsed['rc'], parsed['code']) == (rc, code), out
+    assert 'attempt %d' % calls in parsed['error'], out  # the last try's error is the one reported
 
 
 P = 'api.provider.test'
