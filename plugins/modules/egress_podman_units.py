@@ -8,12 +8,16 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 ---
 module: egress_podman_units
-short_description: Write the egress proxy and its upstream network as Quadlet units (Podman 4.4 and later)
+short_description: Write the egress proxy and its upstream network as Quadlet units or systemd services
 version_added: 0.9.0
 description:
   - Renders the proxy exactly as M(pi_dispatch.egress.egress_proxy) would create it on Podman (the same wanted
     shape, hardening and limits) as a Quadlet C(.container) file, and its upstream network as a C(.network) file,
     and writes them atomically into the folder where Quadlet reads them, when their content differs.
+  - With I(format=systemd) (Podman 4.3, which has no Quadlet, as Debian 12 ships it) the same shape becomes two
+    plain systemd services in the form C(podman generate systemd --new) gives, C(<name>.service) running
+    C(podman run --replace --rm --sdnotify=conmon) and C(<network>-network.service) making the network when it is
+    missing; the service names are the same as Quadlet's.
   - systemd then runs the proxy, restarts it when it dies, and brings it back at boot; the container systemd
     starts has the shape the drift comparison wants, except its own restart policy (C(no); systemd restarts it).
     The unit never pulls (C(--pull=never)).
@@ -81,7 +85,8 @@ options:
     default: 3
   scope:
     description:
-      - C(system) writes C(/etc/containers/systemd); C(user) writes the account's C(~/.config/containers/systemd).
+      - C(system) writes C(/etc/containers/systemd); C(user) writes the account's C(~/.config/containers/systemd)
+        (with I(format=systemd), C(/etc/systemd/system) and C(~/.config/systemd/user)).
     type: str
     choices: [system, user]
     default: system
@@ -91,6 +96,14 @@ options:
   units_dir:
     description: Write here instead of the scope's folder.
     type: path
+  format:
+    description:
+      - C(quadlet) writes Quadlet files (Podman 4.4 and later); C(systemd) writes systemd services that run
+        C(podman) (Podman 4.3), into C(/etc/systemd/system) or the account's C(~/.config/systemd/user).
+    type: str
+    choices: [quadlet, systemd]
+    default: quadlet
+    version_added: 0.13.0
   state:
     description: C(present) writes the units; C(absent) removes the two files.
     type: str
@@ -113,6 +126,12 @@ EXAMPLES = r'''
     state: restarted
     daemon_reload: true
   when: units is changed
+
+- name: On Podman 4.3 (Debian 12, no Quadlet), plain systemd services instead
+  pi_dispatch.egress.egress_podman_units:
+    deploy_dir: /opt/pi-dispatch/egress
+    format: systemd
+  register: units
 '''
 
 RETURN = r'''
@@ -122,7 +141,7 @@ units:
   type: list
   elements: str
 services:
-  description: The services Quadlet generates from them (the proxy's first).
+  description: The services Quadlet generates from them, or the two services themselves (the proxy's first).
   returned: always
   type: list
   elements: str
@@ -166,6 +185,7 @@ def main():
             scope=dict(type='str', default='system', choices=['system', 'user']),
             account=dict(type='str'),
             units_dir=dict(type='path'),
+            format=dict(type='str', default='quadlet', choices=['quadlet', 'systemd']),
             state=dict(type='str', default='present', choices=['present', 'absent']),
         ),
         required_if=[('scope', 'user', ('account',))],
@@ -177,7 +197,7 @@ def main():
     except _units.UnitsError as exc:
         module.fail_json(msg='%s. Nothing was written.' % exc)
     except OSError as exc:
-        module.fail_json(msg='Writing the Quadlet units failed: %s. Fix the cause and run again (each file is '
+        module.fail_json(msg='Writing the units failed: %s. Fix the cause and run again (each file is '
                              'replaced whole, never half-written).' % exc)
     diff = result.pop('diff')
     if module._diff:

@@ -79,7 +79,8 @@ def network_unit(spec: Dict[str, Any], internal: bool, labels: Dict[str, str]) -
     return '\n'.join(lines) + '\n'
 
 
-def _podman_args(spec: Dict[str, Any]) -> List[str]:
+def podman_args(spec: Dict[str, Any]) -> List[str]:
+    """The ``podman run`` options of the shape that have no Quadlet key of their own (and the unit never pulls)."""
     args = ['--pull=never']
     for path, options in sorted((spec.get('create_tmpfs') or spec['tmpfs']).items()):
         args.append('--tmpfs=%s:%s' % (path, options))
@@ -100,8 +101,8 @@ def _podman_args(spec: Dict[str, Any]) -> List[str]:
     return args
 
 
-def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
-    """The ``.container`` file that runs the proxy of ``spec`` (as ``for_venue`` gives it to Podman)."""
+def check(spec: Dict[str, Any], scope: str) -> None:
+    """QuadletError when a unit (Quadlet's or a generated one) cannot say ``spec`` for ``scope``."""
     if spec.get('for_venue') != 'podman':
         raise QuadletError('the proxy\'s shape was not made for Podman (spec.for_venue); this is a bug of the caller')
     if scope not in ('system', 'user'):
@@ -109,6 +110,24 @@ def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
     health = spec['healthcheck']
     if not health['test'] or health['test'][0] != 'CMD':
         raise QuadletError('the health check %r is not an exec form ["CMD", ...]' % (health['test'],))
+    others = [opt for opt in spec['security_opt'] if not opt.startswith('no-new-privileges')]
+    if others:
+        raise QuadletError('security options %s have no Quadlet key here; remove them' % ', '.join(others))
+
+
+def no_new_privileges(spec: Dict[str, Any]) -> bool:
+    return 'no-new-privileges:true' in spec['security_opt'] or 'no-new-privileges' in spec['security_opt']
+
+
+def health_cmd(spec: Dict[str, Any]) -> str:
+    """The exec-form health check as JSON: Podman stores it as ["CMD", ...], the shape the drift comparison wants."""
+    return json.dumps(list(spec['healthcheck']['test'][1:]))
+
+
+def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
+    """The ``.container`` file that runs the proxy of ``spec`` (as ``for_venue`` gives it to Podman)."""
+    check(spec, scope)
+    health = spec['healthcheck']
     lines = [MANAGED, '[Unit]', 'Description=pi-dispatch egress proxy %s (squid, the allowlist)' % spec['name'], '',
              '[Container]', 'ContainerName=%s' % spec['name'], 'Image=%s' % spec['image'],
              'Exec=%s' % words(spec['command'])]
@@ -124,18 +143,14 @@ def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
     else:
         lines += ['DropCapability=%s' % cap for cap in spec['cap_drop']]
     lines += ['AddCapability=%s' % cap for cap in spec['cap_add']]
-    if 'no-new-privileges:true' in spec['security_opt'] or 'no-new-privileges' in spec['security_opt']:
+    if no_new_privileges(spec):
         lines.append('NoNewPrivileges=true')
-    others = [opt for opt in spec['security_opt'] if not opt.startswith('no-new-privileges')]
-    if others:
-        raise QuadletError('security options %s have no Quadlet key here; remove them' % ', '.join(others))
     lines += ['Label=%s' % quote('%s=%s' % item) for item in sorted(spec['labels'].items())]
     lines += ['Environment=%s' % quote('%s=%s' % item) for item in sorted((spec.get('environment') or {}).items())]
-    # The exec form, as JSON: Podman stores it as ["CMD", ...], the shape the drift comparison wants.
-    lines += ['HealthCmd=%s' % json.dumps(list(health['test'][1:])).replace('%', '%%'),
+    lines += ['HealthCmd=%s' % health_cmd(spec).replace('%', '%%'),
               'HealthInterval=%s' % seconds(health['interval']), 'HealthTimeout=%s' % seconds(health['timeout']),
               'HealthRetries=%d' % health['retries'], 'HealthStartPeriod=%s' % seconds(health['start_period'])]
-    lines.append('PodmanArgs=%s' % words(_podman_args(spec)))
+    lines.append('PodmanArgs=%s' % words(podman_args(spec)))
     lines += ['', '[Service]', 'Restart=always', 'TimeoutStartSec=300', '',
               '[Install]', 'WantedBy=%s' % ('default.target' if scope == 'user' else 'multi-user.target')]
     return '\n'.join(lines) + '\n'

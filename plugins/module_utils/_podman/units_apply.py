@@ -1,12 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: pi-dispatch egress contributors
 # Apache License 2.0 (see LICENSE)
-"""What ``egress_podman_units`` does: the proxy's wanted shape, its two Quadlet files, written when they differ.
+"""What ``egress_podman_units`` does: the proxy's wanted shape, its two unit files, written when they differ.
 
 The shape is ``egress_proxy``'s own (``_proxy/deploy.wanted_spec``, then ``spec.for_venue`` for
 Podman), so the container systemd starts is the one the drift comparison wants. The files are
-written atomically (temporary file, rename) into the Quadlet folder of the system or of the
-account; a symlink or a directory where a unit file goes is refused and nothing is written. Running
+Quadlet's (``format`` ``quadlet``, Podman 4.4 and later) or plain systemd services that run
+``podman`` (``format`` ``systemd``, Podman 4.3: :mod:`systemd_units`). They are written atomically
+(temporary file, rename) into the folder where Quadlet or systemd reads them, the system's or the
+account's; a symlink or a directory where a unit file goes is refused and nothing is written. Running
 systemd (``daemon-reload``, start, restart) is the role's, not this module's.
 """
 
@@ -20,18 +22,25 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import account as _account
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import quadlet as _quadlet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import systemd_units as _systemd
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
 
 UPSTREAM_LABELS = {_spec.LABEL_NETWORK_ROLE: 'upstream'}
+# format: (the system's folder, the account's under its home, the renderer)
+FORMATS = {
+    'quadlet': (_quadlet.SYSTEM_UNITS_DIR, _quadlet.USER_UNITS_DIR, _quadlet),
+    'systemd': (_systemd.SYSTEM_UNITS_DIR, _systemd.USER_UNITS_DIR, _systemd),
+}
 
 
 class UnitsError(Exception):
     """Refused before anything was written: the message names the setting or the file and the fix."""
 
 
-def units_dir(scope: str, account: Optional[str], given: Optional[str]) -> Tuple[str, Optional[Any]]:
-    """(folder, the account's password entry or None) where Quadlet reads this scope's units."""
+def units_dir(scope: str, account: Optional[str], given: Optional[str],
+              fmt: str = 'quadlet') -> Tuple[str, Optional[Any]]:
+    """(folder, the account's password entry or None) where Quadlet (or systemd) reads this scope's units."""
     entry = None
     if scope == 'user':
         if not account:
@@ -42,9 +51,10 @@ def units_dir(scope: str, account: Optional[str], given: Optional[str]) -> Tuple
             raise UnitsError(str(exc)) from None
     if given:
         return given, entry
+    system, user, _renderer = FORMATS[fmt]
     if scope == 'user':
-        return os.path.join(entry.pw_dir, _quadlet.USER_UNITS_DIR), entry
-    return _quadlet.SYSTEM_UNITS_DIR, entry
+        return os.path.join(entry.pw_dir, user), entry
+    return system, entry
 
 
 def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[str, Any]:
@@ -66,10 +76,15 @@ def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[st
 def wanted_files(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """(the shape, {file name: content} of the two units) for the module's options."""
     spec = wanted_spec(params, deploy_paths)
-    container, network = _quadlet.unit_names(spec)
+    fmt = params.get('format') or 'quadlet'
+    renderer = FORMATS[fmt][2]
+    container, network = renderer.unit_names(spec)
     try:
-        return spec, {container: _quadlet.container_unit(spec, params['scope']),
-                      network: _quadlet.network_unit(spec, params['network_internal'], UPSTREAM_LABELS)}
+        if fmt == 'systemd':
+            network_text = renderer.network_unit(spec, params['network_internal'], UPSTREAM_LABELS, params['scope'])
+        else:
+            network_text = renderer.network_unit(spec, params['network_internal'], UPSTREAM_LABELS)
+        return spec, {container: renderer.container_unit(spec, params['scope']), network: network_text}
     except _quadlet.QuadletError as exc:
         raise UnitsError(str(exc)) from None
 
@@ -91,7 +106,8 @@ def _current(path: str) -> Optional[str]:
 
 def apply(params: Dict[str, Any], deploy_paths: Dict[str, str], check_mode: bool = False) -> Dict[str, Any]:
     """Write (or, with state absent, remove) the two units; the module's result."""
-    folder, entry = units_dir(params['scope'], params.get('account'), params.get('units_dir'))
+    fmt = params.get('format') or 'quadlet'
+    folder, entry = units_dir(params['scope'], params.get('account'), params.get('units_dir'), fmt)
     if os.path.islink(folder):
         raise UnitsError('%s is a symlink; the unit folder is refused rather than followed' % folder)
     spec, wanted = wanted_files(params, deploy_paths)
@@ -119,7 +135,7 @@ def apply(params: Dict[str, Any], deploy_paths: Dict[str, str], check_mode: bool
     return dict(
         changed=bool(changed), units_dir=folder, written=changed if params['state'] == 'present' else [],
         removed=changed if params['state'] == 'absent' else [],
-        units=[os.path.join(folder, name) for name in _quadlet.unit_names(spec)],
+        units=[os.path.join(folder, name) for name in FORMATS[fmt][2].unit_names(spec)],
         services=list(_quadlet.service_names(spec)),
         diff=[dict(before=before[name] or '', after=after[name] or '', before_header=os.path.join(folder, name),
                    after_header=os.path.join(folder, name)) for name in sorted(wanted)])
