@@ -22,7 +22,7 @@ import time
 from typing import List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import run_probe
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import probe_wait, run_probe
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import (
     ISOLATION_CONNECT_TIMEOUT, isolation_skipped)
@@ -34,7 +34,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names i
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import (
     ENDPOINT_PROBE_LABELS, ENDPOINT_PROBES, PROBES, as_mcp, classify_deny, classify_endpoint_plain,
     classify_endpoint_port, classify_endpoint_tunnel, classify_mcp_tunnel, classify_plain, classify_provider,
-    endpoint_notrun_line, endpoint_targets, notrun_line, resolve_allowance)
+    endpoint_notrun_line, endpoint_targets, notrun_line)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.shards import (
     ShardLane, probed_shards, setup_lanes, shard_notrun_lines, shard_setup_line, shards_serving_line, through_shard)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.tls import classify_tls_check
@@ -103,7 +103,7 @@ def classify(ctx: DoctorContext, results: dict, prefix: str = '') -> List[Line]:
                             ('sni', classify_tls_check, ('sni', ctx.provider_host, ctx.deny_host)),
                             ('tunnel_plain', classify_tls_check, ('tunnel_plain', ctx.provider_host, ctx.deny_host))):
         parsed, why = results.get(prefix + probe, (None, 'it did not finish within %ss' % (
-            ctx.probe_timeout + ctx.start_grace + resolve_allowance() + 15)))
+            probe_wait(ctx, ctx.probe_timeout) + 15)))
         lines.append(fn(*args + (parsed,), why_not=why))
     return lines
 
@@ -122,7 +122,7 @@ def classify_endpoints(ctx: DoctorContext, jobs: list, results: dict, prefix: st
                        container: Optional[str] = None) -> List[Line]:
     """The endpoint lines (keys ``<prefix><key>``); ``container`` (default the proxy) completes the fixes."""
     lines = []
-    wait = ctx.endpoint_timeout + ctx.start_grace + resolve_allowance() + 15
+    wait = probe_wait(ctx, ctx.endpoint_timeout) + 15
     mcp_only = mcp_only_endpoints(ctx)  # endpoints only an MCP server uses: any answer through the tunnel passes
     for key, endpoint, kind, url, _tunnel in jobs:
         parsed, why = results.get(prefix + key, (None, 'it did not finish within %ss' % wait))
@@ -329,7 +329,7 @@ class CanaryCheck(Check):
                 thread.daemon = True
                 thread.start()
             longest = max([ctx.probe_timeout] + ([ctx.endpoint_timeout] if jobs and (base_ok or lanes) else []))
-            deadline = time.monotonic() + longest + ctx.start_grace + resolve_allowance() + 15
+            deadline = time.monotonic() + probe_wait(ctx, longest) + 15
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
             if base_ok:

@@ -94,6 +94,11 @@ def run_job_probe(ctx: DoctorContext, key: str, name: str, script: str, network:
             pass  # the sweep of a later run finds it by its label
 
 
+def probe_wait(ctx: DoctorContext, timeout: int) -> int:
+    """Seconds a curl probe's container may take: its curl, the start grace, and the retries of an unresolved proxy."""
+    return timeout + ctx.start_grace + resolve_allowance()
+
+
 def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict, timeout: Optional[int] = None,
               tunnel: bool = False, name: Optional[str] = None, connect_to: Optional[str] = None) -> None:
     """One curl through the proxy in a probe container; results[probe] = (parsed output, None) or (None, why)."""
@@ -102,7 +107,7 @@ def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict,
     raw = {}
     run_container(ctx, probe, name or probe_name(probe, ctx.pid),
                   probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
-                  timeout + ctx.start_grace + resolve_allowance())
+                  probe_wait(ctx, timeout))
     text, why = raw.get(probe, (None, 'it did not finish'))
     if text is None:
         results[probe] = (None, why)

@@ -124,6 +124,11 @@ def health_cmd(spec: Dict[str, Any]) -> str:
     return json.dumps(list(spec['healthcheck']['test'][1:]))
 
 
+def install_lines(scope: str) -> List[str]:
+    """The ``[Install]`` section (after a blank line): the system's multi-user target, or the account's default."""
+    return ['', '[Install]', 'WantedBy=%s' % ('default.target' if scope == 'user' else 'multi-user.target')]
+
+
 def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
     """The ``.container`` file that runs the proxy of ``spec`` (as ``for_venue`` gives it to Podman)."""
     check(spec, scope)
@@ -151,6 +156,5 @@ def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
               'HealthInterval=%s' % seconds(health['interval']), 'HealthTimeout=%s' % seconds(health['timeout']),
               'HealthRetries=%d' % health['retries'], 'HealthStartPeriod=%s' % seconds(health['start_period'])]
     lines.append('PodmanArgs=%s' % words(podman_args(spec)))
-    lines += ['', '[Service]', 'Restart=always', 'TimeoutStartSec=300', '',
-              '[Install]', 'WantedBy=%s' % ('default.target' if scope == 'user' else 'multi-user.target')]
+    lines += ['', '[Service]', 'Restart=always', 'TimeoutStartSec=300'] + install_lines(scope)
     return '\n'.join(lines) + '\n'

@@ -63,10 +63,6 @@ def run_options(spec: Dict[str, Any]) -> List[str]:
     return args + _quadlet.podman_args(spec)
 
 
-def _install(scope: str) -> List[str]:
-    return ['', '[Install]', 'WantedBy=%s' % ('default.target' if scope == 'user' else 'multi-user.target')]
-
-
 def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
     """The ``<name>.service`` file that runs the proxy of ``spec`` (as ``for_venue`` gives it to Podman)."""
     _quadlet.check(spec, scope)
@@ -81,7 +77,7 @@ def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:
              'ExecStop=%s stop --ignore -t 10 %s' % (PODMAN, CIDFILE),
              'ExecStopPost=%s rm -f --ignore -t 10 %s' % (PODMAN, CIDFILE),
              'Type=notify', 'NotifyAccess=all']
-    return '\n'.join(lines + _install(scope)) + '\n'
+    return '\n'.join(lines + _quadlet.install_lines(scope)) + '\n'
 
 
 def network_unit(spec: Dict[str, Any], internal: bool, labels: Dict[str, str], scope: str = 'system') -> str:
@@ -96,4 +92,4 @@ def network_unit(spec: Dict[str, Any], internal: bool, labels: Dict[str, str], s
              # and the unit fails unless the network exists afterwards.
              'ExecStart=-%s' % _quadlet.words(create),
              'ExecStart=%s' % _quadlet.words([PODMAN, 'network', 'exists', spec['network']])]
-    return '\n'.join(lines + _install(scope)) + '\n'
+    return '\n'.join(lines + _quadlet.install_lines(scope)) + '\n'

@@ -1,5 +1,7 @@
 """The proxy as Quadlet units (_podman/quadlet.py, _podman/units_apply.py), no engine.
 
+The refusals are tabled once here for both renderers (Quadlet's and _podman/systemd_units.py's).
+
 test_quadlet.py starts these units under systemd on Podman 5 and compares the container with the wanted shape;
 here: each setting of the shape lands in the unit, quoting, refusals, and the writes.
 """
@@ -10,6 +12,7 @@ import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import quadlet as _quadlet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import systemd_units as _systemd
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import units_apply as _units
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
 
@@ -105,16 +108,17 @@ def test_quoting_for_a_systemd_command_line(word, quoted):
     assert _quadlet.quote(word) == quoted
 
 
+@pytest.mark.parametrize('render', [_quadlet.container_unit, _systemd.container_unit], ids=['quadlet', 'systemd'])
 @pytest.mark.parametrize('change, fragment', [
     (dict(for_venue=None), 'was not made for Podman'),
     (dict(security_opt=['no-new-privileges:true', 'seccomp=unconfined']), 'seccomp=unconfined'),
     (dict(healthcheck=dict(test=['CMD-SHELL', 'true'], interval=5, timeout=5, retries=3, start_period=5)),
      'not an exec form'),
 ])
-def test_a_shape_the_unit_cannot_say_is_refused(change, fragment):
+def test_a_shape_the_unit_cannot_say_is_refused(render, change, fragment):
     spec = dict(podman_spec(), **change)
     with pytest.raises(_quadlet.QuadletError, match=fragment):
-        _quadlet.container_unit(spec)
+        render(spec)
 
 
 def test_a_duration_that_is_not_whole_seconds_is_refused():

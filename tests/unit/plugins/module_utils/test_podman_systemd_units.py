@@ -131,17 +131,6 @@ def test_the_network_service_creates_when_missing_then_requires_it_exists(intern
     assert 'Type=oneshot' in text.splitlines() and 'RemainAfterExit=yes' in text.splitlines()
 
 
-@pytest.mark.parametrize('change, fragment', [
-    (dict(for_venue=None), 'was not made for Podman'),
-    (dict(security_opt=['no-new-privileges:true', 'seccomp=unconfined']), 'seccomp=unconfined'),
-    (dict(healthcheck=dict(test=['CMD-SHELL', 'true'], interval=5, timeout=5, retries=3, start_period=5)),
-     'not an exec form'),
-])
-def test_a_shape_the_service_cannot_say_is_refused(change, fragment):
-    with pytest.raises(_quadlet.QuadletError, match=fragment):
-        _systemd.container_unit(dict(podman_spec(), **change))
-
-
 # --- units_apply with format systemd ------------------------------------------------------------
 
 PARAMS = dict(name='pi-dispatch-egress-proxy', image='pi-dispatch-egress-proxy:latest',
