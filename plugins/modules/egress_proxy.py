@@ -178,6 +178,34 @@ options:
     type: str
     default: pi-dispatch-egress-credentials
     version_added: 0.6.0
+  units:
+    description:
+      - >-
+        Run the proxy as systemd system units on the Podman venue (rootful) - C(quadlet) (Podman 4.4 and
+        later) or C(systemd) (Podman 4.3, the C(podman generate systemd --new) form), rendered as
+        C(egress_podman_units) renders them. The unit C(<name>.service) then owns the container, and brings it
+        back after a crash and at boot.
+      - >-
+        One step, in this order - the decision and the consent rule first (a refused step writes nothing), then
+        the units written when they differ and C(systemctl daemon-reload) (C(systemctl enable) for C(systemd)),
+        then every step that makes, replaces, starts, stops or removes the container as C(systemctl restart) or
+        C(systemctl stop) of the unit; job networks the old container had are reconnected to the new one. A
+        reload of squid and an unpause act on the running container as without units. With O(state=absent) the
+        unit is stopped, then its files removed.
+      - >-
+        The wanted shape is the units' - restart policy C(no) (systemd restarts it), the image as
+        C(localhost/<image>), no decision log mount. A container the unit started that still differs from it
+        is an error naming the unit, never replaced again.
+      - >-
+        Refused on the Docker Engine, and with O(credentials_include) or O(shard_bound), which the units do not
+        carry. The units of a service account (rootless) are not driven by this option yet.
+    type: str
+    choices: [quadlet, systemd]
+    version_added: 0.14.0
+  units_dir:
+    description: With O(units), write them here instead of the format's system folder.
+    type: path
+    version_added: 0.14.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -229,6 +257,14 @@ jobs_cut:
       shards' together.
   returned: always
   type: int
+units:
+  description:
+    - >-
+      With I(units), the unit files - C(units_dir), C(units) (the two files), C(written) and C(removed) (the files
+      this run wrote or removed, or would in check mode).
+  returned: when units is set
+  type: dict
+  version_added: 0.14.0
 shards:
   description:
     - What each proxy shard (C(<name>-shard-<n>), a clone of the proxy carrying job networks beyond the shard bound)
@@ -287,11 +323,47 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import units_apply as _units
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
+
+
+def unit_spec(p, deploy_paths):
+    """The shape of a proxy that the units (``p['units']``) run: the units' own (_podman/units_apply.py)."""
+    carried = [key for key in ('credentials_include', 'shard_bound') if p[key] is not None]
+    if carried:
+        raise _proxy_spec.ProxyError('units %s: the units do not carry %s; leave units unset to run this proxy '
+                                     'without systemd' % (p['units'], ' or '.join(carried)))
+    return _units.wanted_spec(p, deploy_paths)
+
+
+def systemctl(module):
+    """``run(verb, unit=None)``: ``systemctl <verb> [unit]``, ProxyError naming the unit and where to look."""
+    binary = module.get_bin_path('systemctl', required=True)
+
+    def run(verb, unit=None):
+        rc, out, err = module.run_command([binary, verb] + ([unit] if unit else []))
+        if rc != 0:
+            where = (' See systemctl status %s and journalctl -u %s.' % (unit, unit)) if unit else ''
+            raise _proxy_spec.ProxyError('systemctl %s%s failed (exit %d): %s.%s'
+                                         % (verb, ' ' + unit if unit else '', rc, (err or out).strip(), where))
+    return run
+
+
+def units_writer(module, deploy_paths):
+    """What ``ProxyDeploy`` needs to drive the units: the unit's name, systemctl, and the units' writer."""
+    p = module.params
+    options = dict(p, format=p['units'], scope='system', account=None)
+
+    def write(state, check_mode):
+        try:
+            return _units.apply(dict(options, state=state), deploy_paths, check_mode=check_mode)
+        except _units.UnitsError as exc:
+            raise _proxy_spec.ProxyError('%s. No unit was written' % exc) from None
+    return _deploy.Units(name='%s.service' % p['name'], fmt=p['units'], write=write, systemctl=systemctl(module))
 
 
 def main():
@@ -320,6 +392,8 @@ def main():
         decision_log_keep=dict(type='int', default=_proxy_spec.DECISION_LOG_DEFAULTS['keep']),
         credentials_include=dict(type='path'),
         credentials_network=dict(type='str', default=_proxy_spec.CREDENTIALS_NETWORK),
+        units=dict(type='str', choices=['quadlet', 'systemd']),
+        units_dir=dict(type='path'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
@@ -330,14 +404,18 @@ def main():
         module.fail_json(msg=str(exc))
     deploy_paths = _deployment.module_layout(module).paths if p['deploy_dir'] else None
     try:
-        spec = _deploy.wanted_spec(p, deploy_paths)
-    except _proxy_spec.ProxyError as exc:
+        spec = unit_spec(p, deploy_paths) if p['units'] else _deploy.wanted_spec(p, deploy_paths)
+    except (_proxy_spec.ProxyError, _units.UnitsError) as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
 
     client = dc.module_client(module)
     try:
         found = _venue.venue(client)
         spec = _proxy_spec.for_venue(spec, found)
+        if p['units'] and not found.is_podman:
+            raise _proxy_spec.ProxyError('units %s: systemd units run the proxy only on the Podman venue, and %s '
+                                         'is not Podman; leave units unset on the Docker Engine'
+                                         % (p['units'], found.describe()))
         problem = found.limits_problem() if p['state'] != 'absent' else None
         if problem:
             module.fail_json(msg='%s. Nothing was changed.' % problem)
@@ -345,7 +423,8 @@ def main():
         module.fail_json(msg='%s Nothing was changed.' % exc)
     except _proxy_spec.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
-    run = _deploy.ProxyDeploy(client, p, spec, deploy_paths, check_mode=module.check_mode, diff=module._diff)
+    run = _deploy.ProxyDeploy(client, p, spec, deploy_paths, check_mode=module.check_mode, diff=module._diff,
+                              units=units_writer(module, deploy_paths) if p['units'] else None)
     try:
         run.run()
     except _reload.SourcesRefused as exc:

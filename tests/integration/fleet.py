@@ -41,6 +41,18 @@ SSH_ARGS = ('-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o Conn
             '-o ServerAliveInterval=15')
 
 
+def install_publicsuffixlist(container):
+    """Copy the controller's ``publicsuffixlist`` (requirements.txt pins it) into the host container's python3,
+    as an operator's provisioning would install it (egress_allowlist needs it on the target)."""
+    import publicsuffixlist
+    psl = os.path.dirname(publicsuffixlist.__file__)
+    site = subprocess.run(['docker', 'exec', container, 'python3', '-c', 'import sys; print([p for p in sys.path '
+                           'if p.startswith("/usr/local/lib/python3") and p.endswith("dist-packages")][0])'],
+                          stdout=subprocess.PIPE, check=True, timeout=60).stdout.decode().strip()
+    subprocess.run(['docker', 'exec', container, 'mkdir', '-p', site], check=True, timeout=60)
+    subprocess.run(['docker', 'cp', psl, '%s:%s/publicsuffixlist' % (container, site)], check=True, timeout=60)
+
+
 class Fleet(object):
     """``names`` (inventory names, e.g. engine-a) as containers ``<prefix>-<name>``."""
 
@@ -118,13 +130,7 @@ class Fleet(object):
             pub = handle.read()
         self.exec(name, ['sh', '-c', 'cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys'],
                   stdin=pub)
-        import publicsuffixlist  # the controller's copy (requirements.txt pins it)
-        psl = os.path.dirname(publicsuffixlist.__file__)
-        site = self.exec(name, ['python3', '-c', 'import sys; print([p for p in sys.path if p.startswith('
-                                '"/usr/local/lib/python3") and p.endswith("dist-packages")][0])'])[1].strip()
-        self.exec(name, ['mkdir', '-p', site])
-        subprocess.run(['docker', 'cp', psl, '%s:%s/publicsuffixlist' % (self.container(name), site)],
-                       check=True, timeout=60)
+        install_publicsuffixlist(self.container(name))
         self._wait_engine(name)
         engine = self.engine(name, timeout=600)
         with open(images, 'rb') as handle:

@@ -2,22 +2,22 @@
 
 The host is ``pi-dispatch-egress-podmanhost:test`` (tests/images/podmanhost): Debian 13's own Podman
 with Quadlet, systemd as PID 1, no network of its own (``--network none``; every container the test
-starts is inside it). ``egress_podman_units`` renders the units here, from a deployment folder laid out
-by ``egress_deployment``; both are copied into the host at the paths the units name, then systemd
-starts the proxy. The test reads the container through Podman's Docker-compatible API (its socket
-mounted out of the host) and asks what a deploy would ask: does it have the shape ``egress_proxy``
-wants (``spec.differences``), is it healthy, does squid answer a job, and does it come back after a
-``systemctl restart``, a killed container and a reboot of the host.
+starts is inside it). site.yml's roles deploy there over SSH with ``egress_proxy_units=quadlet``:
+``egress_proxy`` writes the units, has systemd read them and starts the unit. The test reads the
+container through Podman's Docker-compatible API (its socket mounted out of the host) and asks what a
+deploy would ask: does it have the shape ``egress_proxy`` wants (``spec.differences``), is it healthy,
+does squid answer a job, does it come back after a ``systemctl restart``, a killed container and a
+reboot of the host, and does a new shape restart the unit only with consent, the job following it.
 """
 
-import json
 import os
 import subprocess
 import time
 
 import pytest
 
-from conftest import PROXY_IMAGE, SUFFIX, TOOLS_IMAGE, docker, run_playbook
+import fleet
+from conftest import PROXY_IMAGE, ROOT, SUFFIX, TOOLS_IMAGE, ansible_env, docker
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import units_apply as _units
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
@@ -36,27 +36,13 @@ RUN_ARGS = ['--cap-add', 'ALL', '--cap-drop', 'SYS_RESOURCE', '--security-opt', 
             '-v', '/sys/fs/cgroup:/sys/fs/cgroup:rw', '--tmpfs', '/run', '--tmpfs', '/run/lock', '--tmpfs', '/tmp',
             '--network', 'none', '-e', 'PODMAN_IGNORE_CGROUPSV1_WARNING=1',
             '--label', 'io.pi-dispatch.egress.test=quadlet']
-PLAYBOOK = """
-- name: Lay out a deployment folder and render the proxy's Quadlet units (test_quadlet.py)
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: The deployment folder, here, to be copied into the host
-      pi_dispatch.egress.egress_deployment:
-        deploy_dir: "{{ local_deploy }}"
-        allowlist: [{host: api.provider.test, comment: the provider (fake)}]
-    - name: The units, for the folder's path inside the host
-      pi_dispatch.egress.egress_podman_units:
-        deploy_dir: "%s"
-        units_dir: "{{ local_units }}"
-        network_internal: true
-      register: units
-    - name: Keep the result for the test
-      ansible.builtin.copy:
-        content: "{{ units | to_json }}"
-        dest: "{{ result_path }}"
-        mode: "0644"
-""" % DEPLOY_DIR
+# site.yml's and upgrade.yml's variables for the host: the proxy as Quadlet units.
+SITE_VARS = {'egress_hosts': 'podmanhost', 'egress_deploy_dir': DEPLOY_DIR, 'egress_proxy_units': 'quadlet',
+             'egress_proxy_network_internal': True, 'egress_proxy_install_debootstrap': False,
+             'egress_allowlist_seed': [{'host': 'api.provider.test', 'comment': 'the provider (fake)'}]}
+RULES = DEPLOY_DIR + '/deploy/egress-proxy.conf'
+BROKEN_LINE = 'http_access allow pi_no_such_acl\n'  # squid refuses to start on it (test_upgrade.py)
+JOB_NET = 'pi-job-quadlet-net'
 
 
 def sh(argv, stdin=None, timeout=120):
@@ -129,7 +115,8 @@ def podman_host(engine, tmp_path_factory):
     try:
         host = PodmanHost(engine, sock_dir)
         host.boot()
-        for image in (PROXY_IMAGE, TOOLS_IMAGE):  # nothing is pulled: the host's Podman loads the images
+        # Nothing is pulled: the host's Podman loads the images (the base too, as egress_image looks for it).
+        for image in (fleet.BASE_IMAGE, PROXY_IMAGE, TOOLS_IMAGE):
             save = subprocess.Popen(['docker', 'save', image], stdout=subprocess.PIPE)
             load = subprocess.run(['docker', 'exec', '-i', HOST, 'podman', 'load', '-q'], stdin=save.stdout,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False)
@@ -140,44 +127,62 @@ def podman_host(engine, tmp_path_factory):
         sh(['docker', 'rm', '-f', '-v', HOST])
 
 
-def render(tmp_path):
-    """Run the playbook: (local deploy folder, local units folder, the module's result)."""
-    playbook = tmp_path / 'quadlet.yml'
-    playbook.write_text(PLAYBOOK)
-    local_deploy, local_units, result = tmp_path / 'egress', tmp_path / 'units', tmp_path / 'units.json'
-    rc, out, _recap = run_playbook(str(playbook), {'local_deploy': str(local_deploy), 'local_units': str(local_units),
-                                                   'result_path': str(result)})
-    assert rc == 0, out[-4000:]
-    return local_deploy, local_units, json.loads(result.read_text())
+class Ansible(object):
+    """The playbooks reach the host over SSH as root: ``sshd -i`` through ``docker exec`` (its network is none)."""
+
+    def __init__(self, run_dir):
+        self.run_dir = str(run_dir)
+        self.key = os.path.join(self.run_dir, 'id_ed25519')
+        self.inventory = os.path.join(self.run_dir, 'inventory.ini')
+        subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', self.key], check=True, timeout=30)
+        with open(self.key + '.pub') as handle:
+            rc, out = sh(['docker', 'exec', '-i', HOST, 'sh', '-c', 'cat > /root/.ssh/authorized_keys && chmod 600 '
+                          '/root/.ssh/authorized_keys'], stdin=handle.read().encode())
+        assert rc == 0, out
+        proxy_command = os.path.join(self.run_dir, 'sshd-through-exec')
+        with open(proxy_command, 'w') as handle:
+            handle.write('#!/bin/sh\nexec docker exec -i %s sh -c "mkdir -p /run/sshd && exec /usr/sbin/sshd -i"\n'
+                         % HOST)
+        os.chmod(proxy_command, 0o755)
+        with open(self.inventory, 'w') as handle:
+            handle.write('podmanhost ansible_user=root ansible_ssh_private_key_file=%s '
+                         'ansible_python_interpreter=/usr/bin/python3 ansible_ssh_common_args=\'%s '
+                         '-o ProxyCommand=%s\'\n' % (self.key, fleet.SSH_ARGS, proxy_command))
+        fleet.install_publicsuffixlist(HOST)
+
+    def run(self, playbook, **more):
+        """Run one of the collection's playbooks on the host; (rc, output, the host's recap)."""
+        rc, out, recap = fleet.run_playbook(ROOT, self.inventory, playbook, dict(SITE_VARS, **more), ansible_env(),
+                                            timeout=900)
+        return rc, out, recap.get('podmanhost', {})
+
+    def site(self, **more):
+        return self.run('playbooks/site.yml', **more)
+
+    def upgrade(self, **more):
+        return self.run('playbooks/upgrade.yml', egress_upgrade_refresh_rules=True, egress_proxy_wait_timeout=25,
+                        **more)
 
 
-def copy_into_host(local, inside):
-    rc, out = in_host('mkdir -p %s' % inside)
-    assert rc == 0, out
-    tar = subprocess.Popen(['tar', '-C', str(local), '-cf', '-', '.'], stdout=subprocess.PIPE)
-    rc, out = sh(['docker', 'exec', '-i', HOST, 'tar', '-C', inside, '-xf', '-'], stdin=tar.stdout.read())
-    assert tar.wait(timeout=60) == 0 and rc == 0, out
-
-
-def wanted(params_deploy_dir=DEPLOY_DIR):
+def wanted(params_deploy_dir=DEPLOY_DIR, memory='512m'):
     params = dict(name=PROXY, image='pi-dispatch-egress-proxy:latest', network=_spec.UPSTREAM_NETWORK,
-                  network_internal=True, extra_hosts=[], health_interval=5, memory='512m', pids_limit=256,
+                  network_internal=True, extra_hosts=[], health_interval=5, memory=memory, pids_limit=256,
                   nofile=16384, log_max_size='10m', log_max_file=3, scope='system', account=None, units_dir=None,
                   state='present', deploy_dir=params_deploy_dir)
     return _units.wanted_spec(params, _deployment.paths(params_deploy_dir))
 
 
-def differences(host):
+def differences(host, memory='512m'):
     client = host.podman
     attrs = _venue.container_attrs(client, client.api.inspect_container(PROXY))
     image_id = client.images.get('localhost/' + PROXY_IMAGE).id
-    return _spec.differences(wanted(), _spec.observed(attrs), image_id)
+    return _spec.differences(wanted(memory=memory), _spec.observed(attrs), image_id)
 
 
 def squid_answers_a_job(host):
     """A job container on an --internal network with the proxy on it: an unlisted name gets squid's refusal."""
     api = host.podman.api
-    job_net = 'pi-job-quadlet-net'
+    job_net = JOB_NET
     for net in api.networks(names=[job_net]):
         api.remove_network(net['Id'])
     api.create_network(job_net, driver='bridge', internal=True)
@@ -196,16 +201,44 @@ def squid_answers_a_job(host):
         api.remove_network(job_net)
 
 
-def test_the_units_run_the_proxy_with_the_shape_egress_proxy_wants(podman_host, tmp_path):
-    local_deploy, local_units, result = render(tmp_path)
-    assert result['changed'] and result['services'] == [SERVICE, 'pi-dispatch-egress-out-network.service']
-    # A second render changes nothing (the same files).
-    _deploy2, _units2, again = render(tmp_path)
-    assert not again['changed'], again
-    copy_into_host(local_deploy, DEPLOY_DIR)
-    copy_into_host(local_units, '/etc/containers/systemd')
-    rc, out = in_host('systemctl daemon-reload && systemctl start %s' % SERVICE, timeout=180)
-    assert rc == 0, out + in_host('journalctl -u %s --no-pager | tail -30' % SERVICE)[1]
+@pytest.fixture(scope='module')
+def ansible(podman_host, tmp_path_factory):
+    return Ansible(tmp_path_factory.mktemp('podmanhost-ansible'))
+
+
+def unit_file():
+    rc, out = in_host('cat /etc/containers/systemd/%s.container' % PROXY)
+    assert rc == 0, out
+    return out
+
+
+def flat(out):
+    """The play's output with its line wrapping undone (the callback wraps long messages at spaces)."""
+    return ' '.join(out.split())
+
+
+def host_clock():
+    rc, out = in_host('date +%s')
+    assert rc == 0, out
+    return int(out.strip())
+
+
+def starts_since(since):
+    """How many times systemd started the proxy's unit since ``since`` (the host's clock, seconds)."""
+    rc, out = in_host('journalctl -u %s -o cat --no-pager --since @%d' % (SERVICE, since))
+    assert rc == 0, out
+    return sum(1 for line in out.splitlines() if line.startswith('Started '))
+
+
+def test_site_runs_the_proxy_as_quadlet_units_with_the_shape_egress_proxy_wants(podman_host, ansible):
+    since = host_clock()
+    rc, out, recap = ansible.site()
+    assert rc == 0 and recap.get('failed') == 0, out[-6000:]
+    assert 'Actions: create network %s (internal), write units, create, start' % _spec.UPSTREAM_NETWORK in flat(out), \
+        out[-6000:]
+    assert starts_since(since) == 1  # the create and the start are one systemctl restart
+    rc, out = in_host('systemctl is-active %s' % SERVICE)
+    assert out.strip() == 'active', out + in_host('journalctl -u %s --no-pager | tail -30' % SERVICE)[1]
     podman_host.healthy_proxy()
     # Podman 5 names itself; the container systemd started has the shape egress_proxy wants, no difference.
     assert _venue.venue(podman_host.podman).is_podman
@@ -217,6 +250,9 @@ def test_the_units_run_the_proxy_with_the_shape_egress_proxy_wants(podman_host, 
     # squid serves a job: an unlisted name is refused by squid itself.
     answer = squid_answers_a_job(podman_host)
     assert ' 403 ' in answer and 'ERR_ACCESS_DENIED' in answer, answer
+    # The same play again changes nothing: the units are as written, the container as wanted.
+    rc, out, recap = ansible.site()
+    assert rc == 0 and recap.get('changed') == 0, out[-6000:]
 
 
 def test_the_proxy_comes_back_after_a_restart_a_kill_and_a_reboot(podman_host):
@@ -239,3 +275,60 @@ def test_the_proxy_comes_back_after_a_restart_a_kill_and_a_reboot(podman_host):
     rc, out = in_host('systemctl is-active %s; systemctl is-enabled %s' % (SERVICE, SERVICE))
     assert out.split() == ['active', 'generated'], out
     assert differences(podman_host) == []
+
+
+def test_a_new_shape_rewrites_the_unit_and_restarts_it_only_with_consent(podman_host, ansible):
+    """An attached job makes the restart a cut: refused without consent, and then no unit file is written;
+    with consent one systemctl restart runs the new file and the job network follows the new container."""
+    api = podman_host.podman.api
+    first = podman_host.healthy_proxy()
+    before = unit_file()
+    for net in api.networks(names=[JOB_NET]):
+        api.remove_network(net['Id'])
+    api.create_network(JOB_NET, driver='bridge', internal=True)
+    try:
+        api.connect_container_to_network(PROXY, JOB_NET)
+        rc, out, _recap = ansible.site(egress_proxy_memory='640m')
+        assert rc != 0 and 'would cut 1 job attached to it (%s' % JOB_NET in flat(out), out[-6000:]
+        assert unit_file() == before and podman_host.healthy_proxy() == first
+        since = host_clock()
+        rc, out, recap = ansible.site(egress_proxy_memory='640m', egress_proxy_allow_cut_jobs=True)
+        assert rc == 0 and recap.get('failed') == 0, out[-6000:]
+        assert 'Actions: write units, remove, create, start, reconnect' in flat(out), out[-6000:]
+        assert starts_since(since) == 1  # one restart makes the new container
+        assert '--memory=671088640' in unit_file() and '--memory=536870912' in before
+        moved = podman_host.healthy_proxy()
+        assert moved != first
+        attrs = api.inspect_container(moved)
+        assert attrs['Config']['Labels'].get('PODMAN_SYSTEMD_UNIT') == SERVICE
+        assert JOB_NET in attrs['NetworkSettings']['Networks'], attrs['NetworkSettings']['Networks'].keys()
+        assert differences(podman_host, memory='640m') == []
+        rc, out = in_host('systemctl is-active %s' % SERVICE)
+        assert out.strip() == 'active', out
+    finally:
+        try:
+            api.disconnect_container_from_network(PROXY, JOB_NET, force=True)
+        except docker.errors.APIError:
+            pass
+        api.remove_network(JOB_NET)
+
+
+def test_an_upgrade_whose_proxy_fails_is_rolled_back_through_the_unit(podman_host, ansible):
+    """upgrade.yml refreshes the rules and runs the unit in one step; squid refuses the new rules, so the
+    old ones come back and the unit runs a healthy proxy on them again."""
+    rc, old = in_host('cat %s' % RULES)
+    assert rc == 0, old
+    rc, out = sh(['docker', 'exec', '-i', HOST, 'sh', '-c', 'cat > /srv/pi-egress/broken.conf'],
+                 stdin=(old + BROKEN_LINE).encode())
+    assert rc == 0, out
+    rc, out, _recap = ansible.upgrade(egress_upgrade_rules_source='/srv/pi-egress/broken.conf',
+                                      egress_proxy_memory='640m')
+    print(out[max(0, out.find('Summary of the egress upgrade') - 100):])  # the rollback, for the record
+    assert rc != 0 and 'The proxy did not become healthy within 25s' in flat(out), out[-6000:]
+    assert 'journalctl -u %s' % SERVICE in flat(out), out[-6000:]
+    assert 'ROLLBACK: old rules restored from %s' % RULES in flat(out), out[-6000:]
+    assert in_host('cat %s' % RULES)[1] == old
+    podman_host.healthy_proxy()
+    assert in_host('systemctl is-active %s' % SERVICE)[1].strip() == 'active'
+    assert podman_host.podman.api.inspect_container(PROXY)['Config']['Labels'].get('PODMAN_SYSTEMD_UNIT') == SERVICE
+    assert differences(podman_host, memory='640m') == []

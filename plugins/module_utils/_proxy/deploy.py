@@ -75,18 +75,29 @@ def wanted_spec(params: dict[str, Any], deploy_paths: dict[str, str] | None) -> 
         credentials_include=params.get('credentials_include'), credentials_network=params.get('credentials_network'))
 
 
+class Units(object):
+    """The systemd units that run the proxy (option ``units``): the unit's name, how to write or remove the
+    unit files (``write(state, check_mode)``, ``_podman/units_apply.apply``'s result) and ``systemctl``."""
+
+    def __init__(self, name: str, fmt: str, write: Any, systemctl: Any) -> None:
+        self.name, self.fmt, self.write, self.systemctl = name, fmt, write, systemctl
+
+
 class ProxyDeploy(object):
     """One run of egress_proxy against a daemon: :meth:`run` fills ``result``; ``warnings`` are for the module."""
 
     def __init__(self, client: Any, params: dict[str, Any], spec: dict[str, Any],
-                 deploy_paths: dict[str, str] | None, check_mode: bool = False, diff: bool = False) -> None:
+                 deploy_paths: dict[str, str] | None, check_mode: bool = False, diff: bool = False,
+                 units: Units | None = None) -> None:
         self.client = client
         self.params = params
         self.spec = spec
         self.deploy_paths = deploy_paths
         self.check_mode = check_mode
         self.diff = diff
-        self.manager = _proxy.ProxyManager(client, spec, check_mode=check_mode)
+        self.units = units
+        self.manager = _proxy.ProxyManager(client, spec, check_mode=check_mode, unit=units.name if units else None,
+                                           systemctl=units.systemctl if units else None)
         self.result: dict[str, Any] = dict(
             changed=False, actions=self.manager.actions, differences=[], messages=self.manager.messages,
             container={}, allowlist_changed=False, stale_mounts=[], jobs_cut=0)
@@ -199,8 +210,12 @@ class ProxyDeploy(object):
             manager.ensure_network(internal=p['network_internal'])
             if manager.ensure_log_dir():
                 result['changed'] = True
+        if self.units and present:
+            self.write_units('present')
         old_networks = _proxy.reattach_networks(obs, p['network'], self.spec.get('extra_networks')) if obs else []
         container = manager.apply(actions, container, old_networks)
+        if self.units and not present:
+            self.write_units('absent')
         if plan and not self.check_mode:
             self.follow_shards(plan)
         manager.actions.extend('%s shard %s' % (step, m.name) for m, step in plan)
@@ -212,6 +227,23 @@ class ProxyDeploy(object):
         elif obs and present:
             result['container'] = obs
         return result
+
+    def write_units(self, state: str) -> None:
+        """Write (or remove) the unit files when they differ, then make systemd read them: after the consent
+        rule, before any step of the unit, so a refused step writes nothing and a restart runs the new file."""
+        units = self.units
+        done = units.write(state, self.check_mode)
+        self.result['units'] = dict((key, done[key]) for key in ('units_dir', 'written', 'removed', 'units'))
+        if not done['changed']:
+            return
+        self.manager.actions.append('write units' if state == 'present' else 'remove units')
+        if self.check_mode:
+            return
+        units.systemctl('daemon-reload')
+        self.manager.messages.append('systemctl daemon-reload (%s)' % ', '.join(done['written'] or done['removed']))
+        if units.fmt == 'systemd' and state == 'present':
+            units.systemctl('enable', units.name)  # a Quadlet unit's [Install] section does this itself
+            self.manager.messages.append('systemctl enable %s' % units.name)
 
     def follow_shards(self, plan: list[Any]) -> None:
         """Apply the shards' plan; ProxyError naming every shard that did not follow."""
@@ -228,9 +260,22 @@ class ProxyDeploy(object):
         if p['wait'] and set(actions) & set(STARTING_ACTIONS) and p['state'] not in ('stopped',):
             status = self.manager.wait_healthy(container, p['wait_timeout'])
             if status != 'healthy':
+                if self.units:  # its container may be gone (--rm); the unit's journal has its log
+                    raise _proxy_spec.ProxyError(
+                        'The proxy did not become healthy within %ss (last status: %s). Its log: journalctl -u %s'
+                        % (p['wait_timeout'], status, self.units.name))
                 raise _proxy_spec.ProxyError('The proxy did not become healthy within %ss (last status: %s). '
                                              'Its log ends with:\n%s' % (p['wait_timeout'], status,
                                                                          _proxy.logs_tail(container)))
         container.reload()
         obs_after = _proxy_spec.observed(_venue.container_attrs(self.client, container.attrs))
         self.result['container'] = dict((k, obs_after[k]) for k in CONTAINER_KEYS)
+        if self.units and p['state'] != 'stopped' and set(actions) & set(STARTING_ACTIONS):
+            # The unit's file, not this module, gave the container its shape: one that still differs would
+            # be replaced again on every run, so it is an error naming the unit.
+            left = _proxy_spec.differences(self.spec, obs_after, self.manager.image_id())
+            if left:
+                raise _proxy_spec.ProxyError(
+                    'systemd unit %s runs a proxy that is not the one wanted: %s. Its unit file was edited after '
+                    'it was written, or another file overrides it (systemctl cat %s shows which)'
+                    % (self.units.name, '; '.join(left), self.units.name))

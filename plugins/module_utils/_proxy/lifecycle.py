@@ -112,11 +112,33 @@ def reattach_networks(obs: Dict[str, Any], upstream: str, extra: Optional[Iterab
     return [n for n in obs['networks'] if n != upstream and n not in skip]
 
 
+# What a lifecycle action asks of the systemd unit that runs the proxy (egress_podman_units): the unit owns
+# the container, so every step that makes, replaces, starts or ends it goes through systemctl; the others
+# (unpause, reconnect, reconfigure) act on the running container as they do without a unit.
+UNIT_VERBS = {'create': 'restart', 'start': 'restart', 'restart': 'restart', 'stop': 'stop', 'remove': 'stop'}
+
+
+def unit_steps(actions: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """(action, systemctl verb or None) for each action. The create's restart is the whole replacement: the
+    remove before it and the start after it are folded into it (one restart, one new container)."""
+    steps: List[Tuple[str, Optional[str]]] = []
+    for index, action in enumerate(actions):
+        folded = ((action == 'remove' and 'create' in actions[index + 1:])
+                  or (action == 'start' and 'create' in actions[:index]))
+        steps.append((action, None if folded else UNIT_VERBS.get(action)))
+    return steps
+
+
 class ProxyManager(object):
-    def __init__(self, client: Any, spec: Dict[str, Any], check_mode: bool = False) -> None:
+    def __init__(self, client: Any, spec: Dict[str, Any], check_mode: bool = False, unit: Optional[str] = None,
+                 systemctl: Optional[Any] = None) -> None:
+        """``unit``: the systemd unit that runs the proxy; ``systemctl(verb, unit)`` then makes, replaces,
+        starts and ends the container (it raises ProxyError naming what failed)."""
         self.client = client
         self.spec = spec
         self.check_mode = check_mode
+        self.unit = unit
+        self.systemctl = systemctl
         self.actions: List[str] = []
         self.messages: List[str] = []
         self.warnings: List[str] = []
@@ -220,12 +242,21 @@ class ProxyManager(object):
         return container
 
     def apply(self, actions: Iterable[str], container: Any, old_networks: Iterable[str]) -> Any:
-        for action in actions:
+        actions = list(actions)
+        steps = unit_steps(actions) if self.unit else [(action, None) for action in actions]
+        reconnected = False
+        for action, verb in steps:
             self.actions.append(action)
-            if self.check_mode:
-                continue
+            if self.check_mode or (self.unit and action in ('remove', 'start') and verb is None):
+                continue  # folded into the create's restart of the unit
             try:
-                if action == 'remove':
+                if verb:
+                    container = self._unit_step(verb)
+                    if verb == 'restart' and container is not None:
+                        # A unit's restart makes a new container: the job networks the old one had follow it.
+                        self._reconnect(container, old_networks)
+                        reconnected = True
+                elif action == 'remove':
                     container.remove(force=True)
                     container = None
                 elif action == 'create':
@@ -239,14 +270,8 @@ class ProxyManager(object):
                 elif action == 'unpause':
                     container.unpause()
                 elif action == 'reconnect':
-                    for net_name in old_networks:
-                        kind = 'job network' if is_job_network(net_name) else 'network'
-                        net = dc.get_network(self.client, net_name)
-                        if net is None:
-                            self.messages.append('%s %s is gone; not reconnected' % (kind, net_name))
-                            continue
-                        net.connect(container)
-                        self.messages.append('reconnected %s %s' % (kind, net_name))
+                    if not reconnected:
+                        self._reconnect(container, old_networks)
                 elif action == 'reconfigure':
                     _reload.reload_family(self.client, container)
             except ProxyError:
@@ -257,13 +282,40 @@ class ProxyManager(object):
                 raise ProxyError('%s of %s failed: %s' % (action, self.spec['name'], dc.api_message(exc)))
         return container
 
+    def _reconnect(self, container: Any, old_networks: Iterable[str]) -> None:
+        for net_name in old_networks:
+            kind = 'job network' if is_job_network(net_name) else 'network'
+            net = dc.get_network(self.client, net_name)
+            if net is None:
+                self.messages.append('%s %s is gone; not reconnected' % (kind, net_name))
+                continue
+            net.connect(container)
+            self.messages.append('reconnected %s %s' % (kind, net_name))
+
+    def _unit_step(self, verb: str) -> Any:
+        """``systemctl <verb> <unit>``; the container the unit runs afterwards (None after a stop)."""
+        self.systemctl(verb, self.unit)
+        self.messages.append('systemctl %s %s' % (verb, self.unit))
+        if verb == 'stop':
+            return None
+        container = self.container()
+        if container is None:
+            raise ProxyError('systemctl restart %s succeeded, but no container %s runs; see journalctl -u %s'
+                             % (self.unit, self.spec['name'], self.unit))
+        return container
+
     def wait_healthy(self, container: Any, timeout: float) -> Optional[str]:
         """Wait (bounded) until the health check passes; return the last status."""
         deadline = time.monotonic() + timeout
         status = None
         while True:
             _venue.run_health_check(self.client, container.name)
-            container.reload()
+            try:
+                container.reload()
+            except Exception as exc:
+                if dc.is_not_found(exc):  # it exited and was removed (a unit runs it with --rm)
+                    return 'removed'
+                raise
             state = container.attrs.get('State') or {}
             status = (state.get('Health') or {}).get('Status')
             if status == 'healthy':

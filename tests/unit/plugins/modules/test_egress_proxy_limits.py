@@ -70,3 +70,26 @@ def test_removing_the_proxy_is_not_refused_there(monkeypatch, run_module):
     # state=absent goes past the limits check to the engine (a fake that fails any call that asks it)
     assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
     assert 'cgroup v1' not in result['msg']
+
+
+class _DockerClient(_Client):
+    """A Docker Engine: no Podman component in its version."""
+
+    def version(self):
+        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
+
+    def info(self):
+        return {'CgroupVersion': '2', 'SecurityOptions': []}
+
+
+def test_a_unit_is_refused_on_the_docker_engine_before_anything_changes(monkeypatch, tmp_path, run_module):
+    deploy = tmp_path / 'egress'
+    deploy.mkdir()
+    (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
+    kind, result = _run_limits(monkeypatch, run_module, _DockerClient(cgroup_version='v2', rootless=False),
+                               dict(deploy_dir=str(deploy), units='quadlet'))
+    assert kind == 'fail', result
+    assert result['msg'].startswith('units quadlet: systemd units run the proxy only on the Podman venue, and '
+                                    'Docker Engine 20.10.24 is not Podman'), result['msg']
+    assert result['msg'].endswith('Nothing was changed.')
+    assert sorted(p.name for p in deploy.iterdir()) == ['egress-allowlist.conf']
