@@ -212,6 +212,11 @@ def unit_file():
     return out
 
 
+def journal():
+    """The end of the proxy unit's journal, for a failure's message."""
+    return '\n--- journalctl -u %s\n%s' % (SERVICE, in_host('journalctl -u %s --no-pager | tail -n 40' % SERVICE)[1])
+
+
 def flat(out):
     """The play's output with its line wrapping undone (the callback wraps long messages at spaces)."""
     return ' '.join(out.split())
@@ -331,4 +336,21 @@ def test_an_upgrade_whose_proxy_fails_is_rolled_back_through_the_unit(podman_hos
     podman_host.healthy_proxy()
     assert in_host('systemctl is-active %s' % SERVICE)[1].strip() == 'active'
     assert podman_host.podman.api.inspect_container(PROXY)['Config']['Labels'].get('PODMAN_SYSTEMD_UNIT') == SERVICE
+    assert differences(podman_host, memory='640m') == []
+
+
+def test_absent_stops_the_unit_and_removes_its_files_and_a_deploy_brings_both_back(podman_host, ansible):
+    """``egress_proxy_state=absent`` stops the unit, then removes its files; the next deploy writes them again."""
+    rc, out, recap = ansible.site(egress_proxy_state='absent', egress_proxy_memory='640m')
+    assert rc == 0 and recap.get('failed') == 0, out[-6000:]
+    assert 'Actions: remove, remove units' in flat(out), out[-6000:]
+    rc, out = in_host('ls /etc/containers/systemd; systemctl is-active %s' % SERVICE)
+    assert 'pi-dispatch' not in out.replace(SERVICE, '') and out.split()[-1] == 'inactive', out
+    assert not podman_host.podman.api.containers(all=True, filters={'name': PROXY})
+    since = host_clock()
+    rc, out, recap = ansible.site(egress_proxy_memory='640m')
+    assert rc == 0 and recap.get('failed') == 0, out[-6000:] + journal()
+    assert 'Actions: write units, create, start' in flat(out), out[-6000:]
+    assert starts_since(since) == 1
+    podman_host.healthy_proxy()
     assert differences(podman_host, memory='640m') == []

@@ -239,6 +239,7 @@ class ProxyDeploy(object):
         self.manager.actions.append('write units' if state == 'present' else 'remove units')
         if self.check_mode:
             return
+        self.result['changed'] = True  # written, even when a later step fails
         units.systemctl('daemon-reload')
         self.manager.messages.append('systemctl daemon-reload (%s)' % ', '.join(done['written'] or done['removed']))
         if units.fmt == 'systemd' and state == 'present':
