@@ -81,6 +81,70 @@ print(json.dumps(out))
 '''
 
 
+# argv: proxy host, proxy port, CONNECT host, CA file, header lines (JSON), declared size, chunked (1/0), the
+# most bytes to send. Sends zeros in 1 MiB pieces while a reader thread waits for the answer; stops at the
+# answer, an error, the limit or 60 s. One JSON line back: the status line, the bytes sent, the seconds.
+UPLOAD_SCRIPT = r'''
+import json, select, socket, ssl, sys, time
+proxy, port, host, ca, headers, size, chunked, most = sys.argv[1:9]
+size, chunked, most = int(size), chunked == "1", int(most)
+out = dict(connect=None, status=None, sent=0, seconds=None, error=None)
+start = time.monotonic()
+try:
+    s = socket.create_connection((proxy, int(port)), timeout=10)
+    s.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    out["connect"] = head.split(b"\r\n")[0].decode("latin-1")
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.check_hostname = False
+    t = ctx.wrap_socket(s, server_hostname=host)
+    lines = ["POST /v1/upload HTTP/1.1", "Host: %s" % host, "Content-Type: application/octet-stream"]
+    lines.append("Transfer-Encoding: chunked" if chunked else "Content-Length: %d" % size)
+    lines += ["%s: %s" % (k, v) for k, v in json.loads(headers)]
+    t.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    piece = b"\0" * (1 << 20)
+    answer = b""
+    while out["sent"] < most and time.monotonic() - start < 60:
+        readable, writable, _x = select.select([t], [t], [], 5)
+        if readable or t.pending():
+            # Readable may be only TLS records with no data (a session ticket): never wait on them.
+            t.settimeout(0.2)
+            try:
+                data = t.recv(65536)
+            except (socket.timeout, ssl.SSLWantReadError):
+                data = None
+            t.settimeout(30)
+            if data == b"":
+                break
+            answer += data or b""
+            if b"\r\n" in answer:
+                break
+        if writable:
+            n = min(len(piece), most - out["sent"])
+            t.sendall(("%x\r\n" % n).encode() + piece[:n] + b"\r\n" if chunked else piece[:n])
+            out["sent"] += n
+    if b"\r\n" not in answer:
+        if chunked and out["sent"] >= most:
+            t.sendall(b"0\r\n\r\n")
+        t.settimeout(30)
+        while b"\r\n" not in answer:
+            data = t.recv(65536)
+            if not data:
+                break
+            answer += data
+    out["status"] = answer.split(b"\r\n")[0].decode("latin-1") or None
+except Exception as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+out["seconds"] = round(time.monotonic() - start, 2)
+print(json.dumps(out))
+'''
+
+
 def _wait_log(client, name, text, seconds=60):
     end = time.monotonic() + seconds
     logs = ''
@@ -132,6 +196,26 @@ class World(object):
         rc, out = self.client.containers.get(container).exec_run(['timeout', '30'] + argv)
         text = out.decode('utf-8', 'replace').strip().splitlines()
         assert text, 'the client printed nothing (rc %s)' % rc
+        return json.loads(text[-1])
+
+    def write_job(self, record):
+        """The job's record, replaced whole (the interceptor reads it again when it changed)."""
+        path = os.path.join(self.jobs_dir, record['job'] + '.json')
+        with open(path + '.new', 'w') as handle:
+            json.dump(record, handle)
+        os.replace(path + '.new', path)
+
+    def upload(self, host, header_pairs, size, chunked=False, send_at_most=None, via='job'):
+        """A POST to ``host`` declaring ``size`` bytes (Content-Length, or chunked when ``chunked``) that sends
+        zeros until the answer comes or ``send_at_most`` bytes went (bounded: at most 60 s). Returns the answer's
+        status line, the bytes sent before it and the seconds it took, or the error."""
+        proxy, port, container = dict(interceptor=(INTERCEPTOR, 8080, CLIENT), job=(PROXY, 3128, JOB_CLIENT))[via]
+        argv = ['python3', '-c', UPLOAD_SCRIPT, proxy, str(port), host, '/share/interceptor-ca.pem',
+                json.dumps([list(p) for p in header_pairs]), str(size), '1' if chunked else '0',
+                str(send_at_most if send_at_most is not None else size)]
+        rc, out = self.client.containers.get(container).exec_run(['timeout', '90'] + argv)
+        text = out.decode('utf-8', 'replace').strip().splitlines()
+        assert text, 'the upload client printed nothing (rc %s)' % rc
         return json.loads(text[-1])
 
     def provider_saw(self):
@@ -207,7 +291,7 @@ def build(client, folder):
 
     api = client.api
     try:
-        up_subnet, _job_subnet = _network(client, UP), _network(client, JOBNET)
+        up_subnet, job_subnet = _network(client, UP), _network(client, JOBNET)
         provider = api.create_container(
             TOOLS_IMAGE, ['python3', '/usr/local/bin/fake_provider.py'] + sum([['--name', n] for n in NAMES], []) +
             sum([['--require-key', hashlib.sha256(v.encode()).hexdigest()] for v in w.secret.values()], []),
@@ -232,11 +316,12 @@ def build(client, folder):
             client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=name, detach=True, network=net,
                                   labels=LABEL, volumes={w.share: {'bind': '/share', 'mode': 'ro'}})
         direct = client.api.inspect_container(CLIENT)['NetworkSettings']['Networks'][NET]['IPAddress']
-        # The job's placeholders, recorded against the job and the direct client's address (the interceptor
-        # tells a job by its address only on its own network; through squid, by the placeholder).
+        # The job's placeholders, recorded against the job, its network and the direct client's address (the
+        # interceptor names a job by the client's address: on its own network the peer's, through squid the
+        # address squid names in X-Pi-Client).
         w.placeholders = dict((c['name'], _credentials.placeholder(c['name'])) for c in declaration['credentials'])
-        with open(os.path.join(w.jobs_dir, JOB + '.json'), 'w') as handle:
-            json.dump({'job': JOB, 'subnets': [direct + '/32'], 'placeholders': w.placeholders}, handle)
+        w.job_record = {'job': JOB, 'subnets': [direct + '/32', job_subnet], 'placeholders': w.placeholders}
+        w.write_job(w.job_record)
         # Another job's placeholder (a network that is not the client's).
         w.foreign = _credentials.placeholder('anthropic')
         with open(os.path.join(w.jobs_dir, OTHER_JOB + '.json'), 'w') as handle:

@@ -187,6 +187,113 @@ def test_through_squid_an_sni_that_is_not_the_connect_host_is_cut(world):
     assert world.saw_marker(marker) == []
 
 
+# --- hostile requests inside the bound tunnel (issue 42) -----------------------------------------------------
+
+# Request targets that are not origin-form (RFC 9112 3.2): absolute-form names a host the server routes by,
+# ignoring Host, so a front end serving several names would hand the key to the one the line names;
+# authority-form and asterisk-form have no place inside the tunnel. (id, method, target)
+TARGETS = [
+    ('absolute-other-bound-host', 'GET', 'https://other.provider.test/v1/messages?m={m}'),
+    ('absolute-unbound-listed-host', 'GET', 'https://unbound.provider.test/v1/messages?m={m}'),
+    ('absolute-unlisted-host', 'POST', 'http://unlisted.provider.test/v1/messages?m={m}'),
+    ('absolute-the-bound-host-itself', 'GET', 'https://api.provider.test/v1/messages?m={m}'),
+    ('absolute-the-bound-host-other-port', 'GET', 'https://api.provider.test:8443/v1/messages?m={m}'),
+    ('authority-form', 'CONNECT', 'other.provider.test:443'),
+    ('asterisk-form', 'OPTIONS', '*'),
+]
+
+
+@pytest.mark.parametrize('via', ['job', 'interceptor'])
+@pytest.mark.parametrize('method, target', [t[1:] for t in TARGETS], ids=[t[0] for t in TARGETS])
+def test_a_request_target_that_names_a_host_never_carries_the_key(world, via, method, target):
+    """Tried as an attacker would, with the job's own placeholder for the bound host and Host naming it: the
+    interceptor refuses the request, and nothing at all reaches the provider (no key, no request)."""
+    marker = uuid.uuid4().hex
+    before = len(world.provider_saw())
+    answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])],
+                           method=method, path=target.format(m=marker), via=via)
+    after = world.provider_saw()
+    assert after[before:] == [], 'the provider received %s' % json.dumps(after[before:])[:600]
+    assert ' 200 ' not in (answer['status'] or '') + ' ', answer
+    if method != 'CONNECT':   # a CONNECT inside the tunnel may be cut by mitmproxy's own parser instead
+        assert ' 403 ' in (answer['status'] or '') + ' ' and 'request-target' in answer['body'], answer
+    assert world.secret['anthropic'] not in json.dumps(answer)
+
+
+@pytest.mark.parametrize('host_header', ['api.provider.test:8443', 'api.provider.test:0443', 'api.provider.test:443:1',
+                                         'user@api.provider.test'])
+def test_a_host_header_that_is_not_the_bound_authority_is_refused(world, host_header):
+    marker = uuid.uuid4().hex
+    answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])],
+                           host_header=host_header, path='/v1/messages?m=' + marker, via='job')
+    assert ' 403 ' in (answer['status'] or '') + ' ' and 'host-sni-mismatch' in answer['body'], answer
+    assert world.saw_marker(marker) == []
+
+
+def test_through_squid_the_interceptor_names_the_job_by_its_address(world):
+    """The TLS name check carries squid's X-Pi-Client to the interceptor (client-tag): the swap is recorded
+    under the job's own address and job, not the proxy's address."""
+    job_ip = world.client.api.inspect_container(_world.JOB_CLIENT)['NetworkSettings']['Networks'][_world.JOBNET][
+        'IPAddress']
+    path = _marker()
+    answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])], path=path,
+                           via='job')
+    assert ' 200 ' in (answer['status'] or '') + ' ', answer
+    swaps = [r for r in world.records() if r.get('event') == 'swapped']
+    assert swaps and swaps[-1]['client'] == job_ip and swaps[-1]['job'] == JOB, swaps[-3:]
+
+
+def test_through_squid_another_jobs_placeholder_is_refused(world):
+    marker = uuid.uuid4().hex
+    answer = world.request('api.provider.test', [('x-api-key', world.foreign)], path='/v1/messages?m=' + marker,
+                           via='job')
+    assert ' 403 ' in (answer['status'] or '') + ' ' and 'placeholder-of-another-job' in answer['body'], answer
+    assert world.saw_marker(marker) == []
+
+
+def test_a_placeholder_from_a_client_no_job_names_is_refused(world):
+    """The job's network is not in its record (as for a network made without credentials_dir): its own
+    placeholder is refused, since nothing says it is the client's."""
+    record = dict(world.job_record, subnets=world.job_record['subnets'][:1])   # the direct client's only
+    world.write_job(record)
+    try:
+        marker = uuid.uuid4().hex
+        answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])],
+                               path='/v1/messages?m=' + marker, via='job')
+        assert ' 403 ' in (answer['status'] or '') + ' ' and 'job-unknown' in answer['body'], answer
+        assert world.saw_marker(marker) == []
+        assert any(r.get('reason') == 'job-unknown' and r.get('job') == JOB and r.get('credential') == 'anthropic'
+                   for r in world.records())
+    finally:
+        world.write_job(world.job_record)
+
+
+def _interceptor_state(world):
+    state = world.client.api.inspect_container(INTERCEPTOR)['State']
+    return state['Running'], state['OOMKilled'], state['Restarting'], state['StartedAt']
+
+
+@pytest.mark.parametrize('chunked', [False, True], ids=['content-length-8GiB', 'chunked'])
+def test_an_oversized_upload_is_refused_before_it_is_buffered_and_others_are_served(world, chunked):
+    """An upload of 8 GiB (declared by Content-Length: refused before a byte of it is read) or a chunked one
+    that goes on past 32 MiB (refused by the bytes read): a 413, the interceptor still the same running
+    process, and the next request served."""
+    host = world.client.api.inspect_container(INTERCEPTOR)['HostConfig']
+    assert host['Memory'] == 1024 ** 3 and host['PidsLimit'] == 256, host
+    started = _interceptor_state(world)
+    answer = world.upload('api.provider.test', [('x-api-key', world.placeholders['anthropic'])], 8 * 1024 ** 3,
+                          chunked=chunked, send_at_most=(8 * 1024 ** 3 if not chunked else 256 * 1024 ** 2))
+    assert ' 413 ' in (answer['status'] or '') + ' ' or (answer['error'] and 'Reset' in answer['error']), answer
+    # By Content-Length nothing need be read; chunked, a little past the bound (socket buffers).
+    assert answer['sent'] <= (64 if not chunked else 96) * 1024 ** 2, answer
+    assert _interceptor_state(world) == started
+    assert any(r.get('reason') == 'body-too-large' and r.get('job') == JOB for r in world.records())
+    path = _marker()
+    served = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])], path=path,
+                           via='job')
+    assert ' 200 ' in (served['status'] or '') + ' ', served
+
+
 # --- the interceptor itself ------------------------------------------------------------------------------
 
 def test_an_sni_that_is_not_the_bound_host_is_cut_without_a_certificate(world):
@@ -448,3 +555,43 @@ def test_a_job_on_a_proxy_shard_gets_the_swap(world):
         for job_id in reversed(jobs[:len(made)]):
             _jobnet.teardown_job_network(client, job_id, proxy_name=PROXY, credentials_dir=world.deploy_dir)
     assert not client.api.containers(all=True, filters={'name': PROXY + '-shard-'}), 'the empty shard was not removed'
+
+
+def test_refusals_on_the_interceptors_way_out_are_in_the_decision_log(world):
+    """Issue 42 item 14: a tunnel the TLS name check refuses on its port 3130 (the interceptor's way out)
+    carries no X-Pi-Client (squid did not send it); it is still one refused line of the decision log, naming
+    the client that dialled: a job dialling it for a bound host, a client on the interceptor's network asking
+    for a host no credential is bound to."""
+    import time
+    from credentials_world import CLIENT_SCRIPT, JOB_CLIENT, JOBNET, NET
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import interceptor as _interceptor
+
+    def address(name, net):
+        return world.client.api.inspect_container(name)['NetworkSettings']['Networks'][net]['IPAddress']
+    job_address, direct_address = address(JOB_CLIENT, JOBNET), address(CLIENT, NET)
+    before = time.time() - 0.005  # squid stamps a request when it reads it (to the ms), after this
+    marker = uuid.uuid4().hex
+    answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])],
+                           path='/v1/messages?m=' + marker, via='return-port', ca='/share/provider-ca.pem')
+    assert answer['status'] is None, answer
+    argv = ['python3', '-c', CLIENT_SCRIPT, PROXY, str(_interceptor.RETURN_PORT), 'unbound.provider.test',
+            'unbound.provider.test', 'unbound.provider.test', 'GET', '/v1/messages?m=' + marker,
+            '/share/provider-ca.pem', '[]']
+    _rc, out = world.client.containers.get(CLIENT).exec_run(['timeout', '30'] + argv)
+    assert json.loads(out.decode('utf-8', 'replace').strip().splitlines()[-1])['status'] is None, out
+    assert world.saw_marker(marker) == []
+    want = {(job_address, 'api.provider.test'), (direct_address, 'unbound.provider.test')}
+    seen = []
+    for _attempt in range(50):   # bounded: the lines are written within a second
+        seen = [r for r in _decisions.read_records(world.log_dir)[0] if r['epoch'] >= before]
+        found = dict(((r.get('client'), r.get('host')), r) for r in seen if r.get('check') == 'tls')
+        if want <= set(found):
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError('no refusal line for %s; lines since: %s' % (sorted(want), json.dumps(seen, indent=1)))
+    for key in want:
+        record = found[key]
+        assert (record['verdict'], record['reason'], record['port'], record['method']) == (
+            'refused', 'way_out', 443, 'CONNECT'), record

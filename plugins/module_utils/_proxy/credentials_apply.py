@@ -106,6 +106,10 @@ def differences(kwargs: Dict[str, Any], attrs: Dict[str, Any], image_id: Optiona
             out.append('%s=%s, wanted %s' % (key, env.get(key), value))
     if 'PI_INTERCEPTOR_UPSTREAM_CA' in env and 'PI_INTERCEPTOR_UPSTREAM_CA' not in kwargs['environment']:
         out.append('PI_INTERCEPTOR_UPSTREAM_CA set, wanted unset')
+    host = attrs.get('HostConfig') or {}
+    for label, key, have_key in (('memory', 'mem_limit', 'Memory'), ('pids limit', 'pids_limit', 'PidsLimit')):
+        if key in kwargs and (host.get(have_key) or 0) != kwargs[key]:
+            out.append('%s %s, wanted %s' % (label, host.get(have_key) or 'unbounded', kwargs[key]))
     return out
 
 

@@ -42,10 +42,19 @@ JOBS_DIR = '/run/pi-interceptor/jobs'
 CA_DIR = '/var/lib/pi-interceptor'
 CA_CERT = 'mitmproxy-ca-cert.pem'
 LABEL_ROLE = 'io.pi-dispatch.egress.role'
+# The container's bounds, like the proxy's: memory (mitmproxy buffers a request body of at most 32 MiB, and a
+# bound host's response, to scan and redact them; a flood of them ends in a refusal, not in the host's
+# memory) and processes.
+MEMORY = 1024 ** 3
+PIDS_LIMIT = 256
 ROLE = 'interceptor'
 
 # As the TLS name check's own port (peek.conf): peek, splice or cut; never a certificate shown.
 RETURN_PORT_OPTIONS = 'ssl-bump tls-cert=/etc/squid/pi-peek.pem generate-host-certificates=off name=pi_from_interceptor'
+# The TLS name check's helper that tags a client connection with the job's address (roles/proxy/files/client-tag):
+# never cached (ttl=0), so each tunnel is tagged by its own CONNECT.
+CLIENT_TAG_HELPER = ('ttl=0 negative_ttl=0 children-startup=1 children-max=8 %{X-Pi-Client}>h '
+                     '/usr/bin/perl /usr/lib/pi-dispatch/client-tag')
 INCLUDE_HEADER = """\
 # pi-dispatch credential placeholders, rendered from egress-credentials.json by the pi_dispatch.egress
 # collection (docs/credentials.md). Do not edit. The TLS name check (peek.conf) includes this file: it
@@ -86,8 +95,17 @@ cache_peer %(host)s parent %(port)d 0 no-query no-digest no-netdb-exchange name=
 cache_peer_access pi_interceptor allow pi_bound_hosts !pi_interceptor_port
 cache_peer_access pi_interceptor deny all
 never_direct allow pi_bound_hosts !pi_interceptor_port
+
+# The job's address, carried to the interceptor: the proxy's squid names the job in X-Pi-Client on its
+# CONNECT, but the tunnel this squid opens to the interceptor after peeking is a new request without it.
+# client-tag tags this client connection with the address (clt_conn_tag; an IP literal or nothing), and
+# the CONNECT to the interceptor carries the tag again. The line only asks: it never matches ("!all").
+external_acl_type pi_client_tag %(client_tag)s
+acl pi_client_tagged external pi_client_tag
+http_access deny pi_from_front CONNECT pi_bound_hosts pi_client_tagged !all
+request_header_add X-Pi-Client "%%{clt_conn_tag}note" pi_bound_hosts !pi_interceptor_port
 """ % dict(return_port=int(return_port), port_options=RETURN_PORT_OPTIONS, subnet=subnet, hosts=' '.join(hosts),
-           host=interceptor_host, port=int(interceptor_port)))
+           host=interceptor_host, port=int(interceptor_port), client_tag=CLIENT_TAG_HELPER))
     return ''.join(out)
 
 
@@ -105,6 +123,7 @@ def container_kwargs(image: str, config_dir: str, jobs_dir: str, ca_dir: str, se
     User 0 with no capability (it reads the root-only secret files as their owner and can override
     nothing), no new privileges, a read-only root, a small /tmp; the configuration, the secrets' folders
     and the jobs' records read-only; only the CA folder writable (mitmproxy makes the CA there once).
+    Memory (no swap beyond it) and processes are bounded (:data:`MEMORY`, :data:`PIDS_LIMIT`).
     """
     volumes = {config_dir: {'bind': CONFIG_DIR, 'mode': 'ro'},
                jobs_dir: {'bind': JOBS_DIR, 'mode': 'ro'},
@@ -116,4 +135,5 @@ def container_kwargs(image: str, config_dir: str, jobs_dir: str, ca_dir: str, se
     return dict(image=image, name=name, detach=True, network=network, user='0:0', cap_drop=['ALL'],
                 security_opt=['no-new-privileges:true'], read_only=True,
                 tmpfs={'/tmp': 'rw,noexec,nosuid,nodev,size=16m'}, environment=environment, volumes=volumes,
+                mem_limit=MEMORY, memswap_limit=MEMORY, pids_limit=PIDS_LIMIT,
                 labels={LABEL_ROLE: ROLE}, restart_policy={'Name': 'unless-stopped'})

@@ -64,9 +64,11 @@ def basic(user, password):
     return 'Basic ' + base64.b64encode(('%s:%s' % (user, password)).encode('utf-8')).decode('ascii')
 
 
-def make_request(host=API, method='GET', port=443, sni=_SAME, host_header=_SAME, headers=(), path=PATH, body=b''):
+def make_request(host=API, method='GET', port=443, sni=_SAME, host_header=_SAME, headers=(), path=PATH, body=b'',
+                 authority='', http_version='HTTP/1.1'):
     return addon.Request(method, host, port, host if sni is _SAME else sni,
-                         host if host_header is _SAME else host_header, headers, path, body)
+                         host if host_header is _SAME else host_header, headers, path, body,
+                         authority=authority, http_version=http_version)
 
 
 def secrets_but(*broken):
@@ -105,8 +107,16 @@ DECISIONS = [
      ['anthropic'], ('x-api-key', [SECRET['anthropic']])),
     ('host-header-uppercase', dict(host_header='API.Provider.TEST', headers=[('x-api-key', PH_A)]), 'job-a', None,
      ['anthropic'], ('x-api-key', [SECRET['anthropic']])),
-    ('client-job-unknown', dict(headers=[('x-api-key', PH_A_JOB_B)]), None, None, ['anthropic'],
-     ('x-api-key', [SECRET['anthropic']])),
+    ('http2-authority-is-the-bound-host', dict(http_version='HTTP/2.0', authority=API, headers=[('x-api-key', PH_A)]),
+     'job-a', None, ['anthropic'], ('x-api-key', [SECRET['anthropic']])),
+    ('http2-authority-with-its-port', dict(http_version='HTTP/2.0', authority=API + ':443',
+                                           headers=[('x-api-key', PH_A)]),
+     'job-a', None, ['anthropic'], ('x-api-key', [SECRET['anthropic']])),
+    # refused: a placeholder from a client whose job nothing names (issue 42, item 2)
+    ('client-job-unknown', dict(headers=[('x-api-key', PH_A_JOB_B)]), None, 'job-unknown', [], None),
+    ('client-job-unknown-own-shape', dict(host=OTHER, headers=[('Authorization', 'Bearer ' + PH_O)]), None,
+     'job-unknown', [], None),
+    ('client-job-unknown-nothing-to-swap', dict(headers=[('accept', '*/*')]), None, None, [], None),
     ('same-header-twice', dict(headers=[('x-api-key', PH_A), ('X-API-KEY', PH_A)]), 'job-a', None, ['anthropic'],
      ('x-api-key', [SECRET['anthropic'], SECRET['anthropic']])),
     ('nothing-to-swap', dict(headers=[('accept', 'application/json')], body=b'{"q": 1}'), 'job-a', None, [],
@@ -118,6 +128,48 @@ DECISIONS = [
     ('track-lowercase', dict(method='track'), 'job-a', 'trace', [], None),
     ('trace-comes-first', dict(method='TRACE', sni='elsewhere.test', headers=[('x-api-key', SECRET['anthropic'])]),
      'job-a', 'trace', [], None),
+    # refused: a request target that is not origin-form (issue 42, item 1): the request line names a host
+    ('absolute-form-other-host', dict(path='https://other.provider.test/v1/messages', authority=OTHER,
+                                      headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [], None),
+    ('absolute-form-bound-host', dict(path='https://api.provider.test/v1/messages', authority=API,
+                                      headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [], None),
+    ('absolute-form-http-scheme', dict(path='http://attacker.test/x', authority='attacker.test',
+                                       headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [], None),
+    ('absolute-form-path-looks-origin', dict(path='/v1/messages', authority='other.provider.test:443',
+                                             headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [], None),
+    ('authority-form-connect', dict(method='CONNECT', path='', authority=OTHER + ':443',
+                                    headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [], None),
+    ('asterisk-form', dict(method='OPTIONS', path='*', headers=[('x-api-key', PH_A)]), 'job-a', 'request-target',
+     [], None),
+    ('no-leading-slash', dict(path='v1/messages', headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [],
+     None),
+    ('empty-path', dict(path='', headers=[('x-api-key', PH_A)]), 'job-a', 'request-target', [], None),
+    ('target-before-the-real-key', dict(path='https://other.provider.test/', authority=OTHER,
+                                        headers=[('x-api-key', SECRET['anthropic'])]), 'job-a', 'request-target',
+     [], None),
+    ('http2-authority-other-host', dict(http_version='HTTP/2.0', authority=OTHER, headers=[('x-api-key', PH_A)]),
+     'job-a', 'host-sni-mismatch', [], None),
+    ('http2-authority-other-port', dict(http_version='HTTP/2.0', authority=API + ':8443',
+                                        headers=[('x-api-key', PH_A)]), 'job-a', 'host-sni-mismatch', [], None),
+    # refused: a Host that is not exactly the bound host and port, in canonical form
+    ('host-header-other-port', dict(host_header=API + ':8443', headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-port-leading-zero', dict(host_header=API + ':0443', headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-two-ports', dict(host_header=API + ':443:1', headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-empty-port', dict(host_header=API + ':', headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-userinfo', dict(host_header='user@' + API, headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-trailing-dot', dict(host_header=API + '.', headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-bracketed-name', dict(host_header='[' + API + ']', headers=[('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-twice', dict(headers=[('Host', API), ('host', OTHER), ('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
+    ('host-header-twice-same', dict(headers=[('Host', API), ('Host', API), ('x-api-key', PH_A)]), 'job-a',
+     'host-sni-mismatch', [], None),
     # refused: host, SNI and binding
     ('host-header-differs', dict(host_header=OTHER, headers=[('x-api-key', PH_A)]), 'job-a', 'host-sni-mismatch',
      [], None),
@@ -215,9 +267,11 @@ def test_decide(spec, client_job, reason, swapped, header):
     text = json.dumps(record)
     for value in list(SECRET.values()) + PLACEHOLDERS:
         assert value not in text
-    for _name, value in request.headers:
-        assert value not in text
-    assert request.path not in text
+    for name, value in request.headers:
+        if name.lower() != 'host':   # the host is in the record by design
+            assert value not in text
+    if request.path:
+        assert request.path not in text
     if request.body:
         assert request.body.decode('latin-1') not in text
 
@@ -239,8 +293,9 @@ def test_a_swap_keeps_every_other_header_in_place():
 # (id, request pieces, client job, decision.job, decision.credential)
 JOB_AND_CREDENTIAL = [
     ('swapped-names-client-job', dict(headers=[('x-api-key', PH_A)]), 'job-a', 'job-a', None),
-    ('swapped-without-client-job-names-placeholder-job', dict(headers=[('x-api-key', PH_A_JOB_B)]), None, 'job-b',
-     None),
+    ('unknown-client-job-names-placeholder-job', dict(headers=[('x-api-key', PH_A_JOB_B)]), None, 'job-b',
+     'anthropic'),
+    ('request-target', dict(path='https://other.provider.test/'), 'job-a', 'job-a', None),
     ('nothing-swapped-keeps-client-job', dict(), 'job-a', 'job-a', None),
     ('trace', dict(method='TRACE'), 'job-a', 'job-a', None),
     ('host-sni-mismatch', dict(sni=OTHER), 'job-a', 'job-a', None),
@@ -300,6 +355,76 @@ REDACTIONS = [
 @pytest.mark.parametrize('data, pairs, redacted, count', [r[1:] for r in REDACTIONS], ids=[r[0] for r in REDACTIONS])
 def test_redact(data, pairs, redacted, count):
     assert addon.redact(data, pairs) == (redacted, count)
+
+
+# Derived forms (issue 42, item 4): a response carries the secret escaped, or the Basic value made from it.
+# (id, secret, forms derived_forms must include)
+DERIVED = [
+    ('plain-token', 'sk-ant-REAL-4f3c', ['sk-ant-REAL-4f3c']),
+    ('percent-encoded', 'a/b+c=d', ['a/b+c=d', 'a%2Fb%2Bc%3Dd', 'a%2fb%2bc%3dd']),
+    ('json-escaped', 'k"e\\y/1', ['k"e\\y/1', 'k\\"e\\\\y/1', 'k\\"e\\\\y\\/1']),
+]
+
+
+@pytest.mark.parametrize('secret, forms', [r[1:] for r in DERIVED], ids=[r[0] for r in DERIVED])
+def test_derived_forms(secret, forms):
+    derived = addon.derived_forms(secret)
+    assert derived[0] == secret and len(derived) == len(set(derived))
+    for form in forms:
+        assert form in derived
+
+
+def test_the_percent_and_json_forms_decode_back_to_the_secret():
+    from urllib.parse import unquote
+    secret = 'x"y\\z/%+ &?#'.replace(' ', '')
+    for form in addon.derived_forms(secret):
+        assert unquote(form) == secret or json.loads('"%s"' % form) == secret
+
+
+# (id, response body, secrets, made header values, redacted body)
+REDACTED_FORMS = [
+    ('percent-in-a-redirect', b'Location: /cb?token=a%2Fb%2Bc', [('forge', 'a/b+c')], [],
+     b'Location: /cb?token=[redacted:forge]'),
+    ('json-escaped-echo', b'{"key": "s\\/1"}', [('other', 's/1')], [], b'{"key": "[redacted:other]"}'),
+    ('basic-value-echoed', b'{"authorization": "Basic YWxpY2U6Z2hwX1JFQUw="}', [('forge', 'ghp_REAL')],
+     [("forge", "Basic YWxpY2U6Z2hwX1JFQUw=")], b'{"authorization": "[redacted:forge]"}'),
+    ('basic-token-alone', b'seen YWxpY2U6Z2hwX1JFQUw= once', [('forge', 'ghp_REAL')],
+     [('forge', 'Basic YWxpY2U6Z2hwX1JFQUw=')], b'seen [redacted:forge] once'),
+    ('secret-inside-longer-form-is-one-redaction', b'x=sk%2F1', [('a', 'sk/1'), ('b', 'sk')], [],
+     b'x=[redacted:a]'),
+]
+
+
+@pytest.mark.parametrize('body, secrets, made, redacted', [r[1:] for r in REDACTED_FORMS],
+                         ids=[r[0] for r in REDACTED_FORMS])
+def test_redaction_pairs_cover_the_derived_forms(body, secrets, made, redacted):
+    pairs = addon.redaction_pairs(secrets, made)
+    assert addon.redact(body, pairs)[0] == redacted
+
+
+def test_a_basic_swap_reports_the_value_it_made():
+    _request, decision = _decide(dict(host=FORGE, headers=[('Authorization', basic('alice', PH_F))]), 'job-a')
+    assert decision.made == [('forge', basic('alice', SECRET['forge']))]
+    _request, decision = _decide(dict(headers=[('x-api-key', PH_A)]), 'job-a')
+    assert decision.made == []
+
+
+# --- client_address: X-Pi-Client as squid names the job ------------------------------------------------------
+
+@pytest.mark.parametrize('values, address', [
+    (['10.70.0.5'], '10.70.0.5'),
+    ([' 10.70.0.5 '], '10.70.0.5'),
+    (['fd00::5'], 'fd00::5'),
+    (['-'], None),
+    ([''], None),
+    (['10.70.0.5, 10.70.0.6'], None),
+    (['10.70.0.5', '10.70.0.6'], None),
+    ([], None),
+    (['job-a'], None),
+    (['10.70.0.256'], None),
+])
+def test_client_address(values, address):
+    assert addon.client_address(values) == address
 
 
 # --- read_secret_file -------------------------------------------------------------------------------------

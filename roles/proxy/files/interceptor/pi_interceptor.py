@@ -8,16 +8,25 @@ every other host passes through untouched (mitmproxy never decrypts it). On a te
 for each request it decides, in this order (:func:`decide`):
 
 1. ``TRACE``/``TRACK`` are refused (they echo the request, with whatever was swapped in, back).
-2. The request's Host must be the SNI the client sent, which must be the bound host.
-3. A request carrying a real secret (any credential's, anywhere: a header, the URL, the body) is
+2. The request target must be origin-form (``/path?query``): an absolute-form target
+   (``https://other.host/...``) names a host the server routes by instead of Host (RFC 9112 3.2.2), and
+   authority-form (``CONNECT``) and asterisk-form (``*``) have no place inside the bound tunnel.
+3. The request's Host (exactly one, ``host`` or ``host:port`` in canonical form, or HTTP/2's
+   ``:authority``) must be the SNI the client sent, which must be the bound host and port.
+4. A request carrying a real secret (any credential's, anywhere: a header, the URL, the body) is
    refused: the job was never given one, so it was taken from somewhere.
-4. Every placeholder in the request is looked up: an unknown one, one bound to another host, one in
+5. Every placeholder in the request is looked up: an unknown one, one bound to another host, one in
    any place but its credential's declared header, or one issued to another job than the client's,
-   is refused.
-5. Each placeholder in its declared place is replaced by the secret, read from its file now (a
+   is refused; so is any placeholder from a client whose job cannot be named (its address is on no
+   job's network), since nothing then says the placeholder is the client's own.
+6. Each placeholder in its declared place is replaced by the secret, read from its file now (a
    changed file takes effect on the next request, with no restart).
 
-Responses from a bound host have every secret replaced by ``[redacted:<credential>]``. Every decision
+Responses from a bound host have every secret replaced by ``[redacted:<credential>]``, and so are its
+percent- and JSON-escaped copies and the Basic values this addon made from it (:func:`derived_forms`).
+Request bodies are bounded before they are buffered (mitmproxy's ``body_size_limit``, set by the
+entrypoint to :data:`MAX_SCANNED_BODY`: by Content-Length before a byte of the body is read, and by the
+bytes read for a chunked body). Every decision
 that refuses is recorded as one JSON line on stdout (the container's log) naming the job, the client,
 the host, the credential and the reason; never a header value, the URL's path or query, a body, a
 placeholder or a secret. The pure part (everything above the mitmproxy glue) runs without mitmproxy.
@@ -31,14 +40,19 @@ import re
 import stat
 import sys
 import time
+from urllib.parse import quote
 
 CONFIG = os.environ.get('PI_INTERCEPTOR_CONFIG', '/etc/pi-interceptor/credentials.json')
 JOBS_DIR = os.environ.get('PI_INTERCEPTOR_JOBS', '/run/pi-interceptor/jobs')
 MAX_SECRET_BYTES = 8192
 MAX_JOB_FILE = 65536
 PLACEHOLDER_RE = re.compile(r'pi-placeholder-[a-z][a-z0-9-]{0,31}-[0-9a-f]{32}')
-# What a request may carry before it is scanned (a larger body is refused, not passed unscanned).
+# What a request may carry before it is scanned (a larger body is refused, not passed unscanned). The
+# entrypoint gives mitmproxy the same bound (body_size_limit), so a larger body is never buffered.
 MAX_SCANNED_BODY = 32 * 1024 * 1024
+# A Host header or :authority in canonical form: a lowercase name or a bracketed IPv6 literal, then an
+# optional port without leading zeros. Anything else (userinfo, a second colon, "h:", "h:0443") is refused.
+AUTHORITY_RE = re.compile(r'(\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)(?::([1-9][0-9]{0,4}))?\Z')
 REFUSED_METHODS = ('TRACE', 'TRACK')
 
 
@@ -165,10 +179,17 @@ class Jobs(object):
 
 
 class Request(object):
-    """What :func:`decide` looks at: the method, the target, the headers (a list of pairs), the path and the body."""
+    """What :func:`decide` looks at: the method, the target, the headers (a list of pairs), the path and the body.
 
-    def __init__(self, method, host, port, sni, host_header, headers, path, body):
+    ``authority`` is what the request line named besides the path (HTTP/1: empty for origin-form, the
+    authority of an absolute-form or authority-form target; HTTP/2: ``:authority``), ``http_version`` the
+    protocol the client spoke."""
+
+    def __init__(self, method, host, port, sni, host_header, headers, path, body, authority='',
+                 http_version='HTTP/1.1'):
         self.method = method
+        self.authority = (authority or '').lower()
+        self.http_version = http_version or 'HTTP/1.1'
         self.host = (host or '').lower()
         self.port = port
         self.sni = (sni or '').lower()
@@ -179,12 +200,13 @@ class Request(object):
 
 
 class Decision(object):
-    def __init__(self, refused=None, credential=None, job=None, headers=None, swapped=()):
+    def __init__(self, refused=None, credential=None, job=None, headers=None, swapped=(), made=()):
         self.refused = refused          # the reason, or None
         self.credential = credential    # the credential concerned, when one is
         self.job = job
         self.headers = headers          # the headers to send, when anything was swapped
         self.swapped = list(swapped)    # the credentials swapped in
+        self.made = list(made)          # (credential, header value) made from a secret (redacted in the answer)
 
     def record(self, request, client):
         return dict(time=round(time.time(), 3), event='refused' if self.refused else 'swapped',
@@ -241,13 +263,37 @@ def _swap(cred, value, placeholder, secret):
     return None
 
 
+def _names_the_target(value, host, port):
+    """Whether a Host value or an authority (lowercase) is exactly ``host``, with ``port`` or no port."""
+    match = AUTHORITY_RE.match(value)
+    if not match:
+        return False
+    name, named_port = match.group(1), match.group(2)
+    if name.startswith('['):
+        name = name[1:-1]
+    return name == host and (named_port is None or int(named_port) == port)
+
+
+def target_form_refused(request):
+    """Whether the request target is anything but origin-form (``/path``), in which a host or a whole
+    other request could be named: absolute-form, authority-form (CONNECT), asterisk-form (``*``)."""
+    if request.method.upper() == 'CONNECT' or not request.path.startswith('/'):
+        return True
+    # HTTP/1 origin-form has no authority; HTTP/2 always carries :authority, judged with Host below.
+    return request.http_version.upper().startswith('HTTP/1') and request.authority != ''
+
+
 def decide(request, creds, jobs, secret_of, client_job=None):
     """The decision on one request to a terminated (bound) host; see the module's docstring."""
     if request.method.upper() in REFUSED_METHODS:
         return Decision('trace', job=client_job)
+    if target_form_refused(request):
+        return Decision('request-target', job=client_job)
     bound = [c for c in creds if c.host == request.host and c.port == request.port]
-    host_only = request.host_header.rsplit(':', 1)[0] if request.host_header.count(':') == 1 else request.host_header
-    if not bound or request.sni != request.host or host_only.strip('[]') != request.host:
+    host_values = [v for n, v in request.headers if n.lower() == 'host']
+    if (not bound or request.sni != request.host or len(host_values) > 1
+            or not _names_the_target(request.host_header, request.host, request.port)
+            or request.authority and not _names_the_target(request.authority, request.host, request.port)):
         return Decision('host-sni-mismatch', job=client_job)
     places = _texts(request)
     secrets = []
@@ -281,8 +327,12 @@ def decide(request, creds, jobs, secret_of, client_job=None):
             if place.endswith(':basic') and token in text.split(':', 1)[0]:
                 return Decision('placeholder-elsewhere', credential=cred_name, job=blamed)
             found.append((token, cred, job))
+    if found and client_job is None:
+        # Nothing names the client's job, so nothing says the placeholder is its own (docs/credentials.md).
+        return Decision('job-unknown', credential=found[0][1].name, job=found[0][2])
     headers = list(request.headers)
     swapped = []
+    made = []
     job = client_job
     secret_by_name = dict((c.name, s) for c, s in secrets)
     for token, cred, token_job in found:
@@ -293,10 +343,12 @@ def decide(request, creds, jobs, secret_of, client_job=None):
             if new is None:
                 return Decision('placeholder-elsewhere', credential=cred.name, job=token_job)
             headers[index] = (name, new)
+            if cred.scheme == 'basic':
+                made.append((cred.name, new))
             if cred.name not in swapped:
                 swapped.append(cred.name)
             job = token_job
-    return Decision(None, job=job, headers=headers if swapped else None, swapped=swapped)
+    return Decision(None, job=job, headers=headers if swapped else None, swapped=swapped, made=made)
 
 
 def _has_basic(value, token):
@@ -304,16 +356,57 @@ def _has_basic(value, token):
     return bool(basic) and token in basic[2]
 
 
+def derived_forms(secret):
+    """``secret`` as a response may carry it: itself, percent-encoded (either case of hex digits), and
+    JSON-escaped (``\\"``, ``\\\\``, ``\\/``); each distinct form once."""
+    forms = [secret]
+    encoded = quote(secret, safe='')
+    forms += [encoded, re.sub(r'%[0-9A-F]{2}', lambda m: m.group(0).lower(), encoded)]
+    escaped = secret.replace('\\', '\\\\').replace('"', '\\"')
+    forms += [escaped, escaped.replace('/', '\\/')]
+    out = []
+    for form in forms:
+        if form not in out:
+            out.append(form)
+    return out
+
+
 def redact(data, pairs):
-    """``data`` (bytes) with every secret of ``pairs`` [(name, secret)] replaced; (bytes, count)."""
+    """``data`` (bytes) with every value of ``pairs`` [(name, value)] replaced, longest value first (so a
+    value inside a longer one never leaves a piece of the longer one behind); (bytes, count)."""
     count = 0
-    for name, secret in pairs:
-        needle = secret.encode('utf-8')
-        found = data.count(needle)
+    for name, value in sorted(pairs, key=lambda pair: -len(pair[1])):
+        needle = value.encode('utf-8')
+        found = data.count(needle) if needle else 0
         if found:
             data = data.replace(needle, ('[redacted:%s]' % name).encode('ascii'))
             count += found
     return data, count
+
+
+def redaction_pairs(secrets, swapped_values=()):
+    """[(name, value)] to redact: each secret's :func:`derived_forms`, and each header value the swap
+    made (a Basic value is the base64 of ``user:secret``, which no plain form matches)."""
+    pairs = []
+    for name, secret in secrets:
+        pairs += [(name, form) for form in derived_forms(secret)]
+    pairs += [(name, value) for name, value in swapped_values]
+    for name, value in swapped_values:   # the token alone, as a response echoing the header would carry it
+        words = value.split(None, 1)
+        if len(words) == 2 and words[0].lower() == 'basic':
+            pairs.append((name, words[1].strip()))
+    return pairs
+
+
+def client_address(values):
+    """The job's address squid named in X-Pi-Client: exactly one value, an IP literal; else None."""
+    import ipaddress
+    if len(values) != 1:
+        return None
+    try:
+        return str(ipaddress.ip_address(values[0].strip()))
+    except ValueError:
+        return None
 
 
 def emit(record, stream=None):
@@ -350,9 +443,14 @@ class Interceptor(object):  # pragma: no cover - runs inside mitmproxy
         return any(c.host == (host or '').lower() and c.port == port for c in self._config())
 
     def http_connect(self, flow):
-        named = flow.request.headers.get('X-Pi-Client')
+        # Only the connection's first CONNECT, in the clear, is squid's: one inside a terminated tunnel is
+        # the job's own (and refused in request()), and a name once taken is never replaced.
+        conn = flow.client_conn
+        if conn.tls_established or conn.id in self.clients:
+            return
+        named = client_address(flow.request.headers.get_all('X-Pi-Client'))
         if named:
-            self.clients[flow.client_conn.id] = named.strip()
+            self.clients[conn.id] = named
 
     def client_disconnected(self, client):
         self.clients.pop(client.id, None)
@@ -385,7 +483,8 @@ class Interceptor(object):  # pragma: no cover - runs inside mitmproxy
         client_job = self.jobs.job_of(client) if client else None
         body = flow.request.get_content(strict=False) or b''
         req = Request(flow.request.method, flow.request.host, flow.request.port, flow.client_conn.sni,
-                      flow.request.host_header, flow.request.headers.items(multi=True), flow.request.path, body)
+                      flow.request.host_header, flow.request.headers.items(multi=True), flow.request.path, body,
+                      authority=flow.request.authority, http_version=flow.request.http_version)
         if len(body) > MAX_SCANNED_BODY:
             decision = Decision('body-too-large', job=client_job)
         else:
@@ -398,6 +497,7 @@ class Interceptor(object):  # pragma: no cover - runs inside mitmproxy
                 {'content-type': 'text/plain', 'connection': 'close'})
             flow.metadata['pi_refused'] = True
             return
+        flow.metadata['pi_made'] = decision.made
         if decision.headers is not None:
             for name in set(n.lower() for n, _v in req.headers):
                 del flow.request.headers[name]
@@ -405,15 +505,29 @@ class Interceptor(object):  # pragma: no cover - runs inside mitmproxy
                 flow.request.headers.add(name, value)
             emit(decision.record(req, client))
 
+    def error(self, flow):
+        # mitmproxy's body_size_limit (the entrypoint sets it to MAX_SCANNED_BODY) refused a body before
+        # buffering it: by Content-Length before a byte was read, or by the bytes read of a chunked body.
+        if flow.error is None or 'body_size_limit' not in (flow.error.msg or '') or flow.request is None:
+            return
+        if not self._bound(flow.request.host, flow.request.port):
+            return
+        self.jobs.refresh()
+        client = self._client(flow.client_conn)
+        req = Request(flow.request.method, flow.request.host, flow.request.port, flow.client_conn.sni,
+                      flow.request.host_header, (), flow.request.path, b'')
+        emit(Decision('body-too-large', job=self.jobs.job_of(client) if client else None).record(req, client))
+
     def response(self, flow):
         if not flow.metadata.get('pi_bound') or flow.metadata.get('pi_refused') or flow.response is None:
             return
-        pairs = []
+        secrets = []
         for cred in self.creds:
             try:
-                pairs.append((cred.name, self.secrets.get(cred.secret)))
+                secrets.append((cred.name, self.secrets.get(cred.secret)))
             except SecretError:
                 continue
+        pairs = redaction_pairs(secrets, flow.metadata.get('pi_made', ()))
         for name, value in list(flow.response.headers.items(multi=True)):
             new = redact(value.encode('latin-1'), pairs)[0].decode('latin-1')
             if new != value:

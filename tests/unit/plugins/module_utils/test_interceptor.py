@@ -37,6 +37,13 @@ def test_bound_hosts_are_routed_and_the_way_out_opened(hosts, subnet, expected_h
     assert 'cache_peer_access pi_interceptor allow pi_bound_hosts !pi_interceptor_port' in lines
     assert 'cache_peer_access pi_interceptor deny all' in lines
     assert 'never_direct allow pi_bound_hosts !pi_interceptor_port' in lines
+    # The job's address is carried to the interceptor: the connection is tagged by client-tag (a line that
+    # only asks, never matches), and only the CONNECT to the interceptor carries the tag.
+    assert any(line.startswith('external_acl_type pi_client_tag ttl=0 ') and
+               line.endswith(' %{X-Pi-Client}>h /usr/bin/perl /usr/lib/pi-dispatch/client-tag') for line in lines)
+    assert 'http_access deny pi_from_front CONNECT pi_bound_hosts pi_client_tagged !all' in lines
+    assert lines.index('http_access deny pi_from_front CONNECT pi_bound_hosts pi_client_tagged !all') > deny_rest
+    assert 'request_header_add X-Pi-Client "%{clt_conn_tag}note" pi_bound_hosts !pi_interceptor_port' in lines
 
 
 def test_the_render_is_deterministic():
