@@ -230,6 +230,31 @@ def test_a_host_header_that_is_not_the_bound_authority_is_refused(world, host_he
     assert world.saw_marker(marker) == []
 
 
+# HTTP/2 (curl, ALPN h2 with the interceptor): (id, curl arguments, expected status, reason or None)
+H2_CASES = [
+    ('h2-origin-form-is-swapped', [], 200, None),
+    ('h2-authority-names-another-host', ['-H', 'Host: other.provider.test'], 403, 'host-sni-mismatch'),
+    ('h2-authority-other-port', ['-H', 'Host: api.provider.test:8443'], 403, 'host-sni-mismatch'),
+    ('h2-absolute-path', ['--request-target', 'https://other.provider.test/v1/messages?m={m}'], 403, None),
+]
+
+
+@pytest.mark.parametrize('extra, status, reason', [c[1:] for c in H2_CASES], ids=[c[0] for c in H2_CASES])
+def test_http2_requests_are_judged_by_their_authority(world, extra, status, reason):
+    marker = uuid.uuid4().hex
+    argv = ['timeout', '30', 'curl', '-sS', '--http2', '-o', '-', '-w', '\n%{http_version} %{http_code}',
+            '--cacert', '/share/interceptor-ca.pem', '-x', 'http://%s:3128' % PROXY,
+            '-H', 'x-api-key: ' + world.placeholders['anthropic']] + [a.format(m=marker) for a in extra] + [
+        'https://api.provider.test/v1/messages?m=' + marker]
+    rc, out = world.client.containers.get(_world.JOB_CLIENT).exec_run(argv)
+    text = out.decode('utf-8', 'replace')
+    assert rc == 0 and text.rstrip().endswith('2 %d' % status), text[-400:]
+    assert world.secret['anthropic'] not in text
+    if reason:
+        assert reason in text, text[-400:]
+    assert len(world.saw_marker(marker)) == (1 if status == 200 else 0)
+
+
 def test_through_squid_the_interceptor_names_the_job_by_its_address(world):
     """The TLS name check carries squid's X-Pi-Client to the interceptor (client-tag): the swap is recorded
     under the job's own address and job, not the proxy's address."""

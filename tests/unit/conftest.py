@@ -1,8 +1,23 @@
 """Fixtures every unit test may use."""
 
 import json
+import os
 
 import pytest
+
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:   # a venv without the test requirements: the property tests are skipped by importorskip
+    _hypothesis_settings = None
+
+if _hypothesis_settings is not None:
+    # The property tests of the parsers that see untrusted bytes (issue 42): a bounded run in every test run
+    # ("ci", seconds), a long one from benchmarks/fuzz.py ("fuzz", PI_EGRESS_FUZZ_EXAMPLES examples per test).
+    # No example database is written into the checkout.
+    _hypothesis_settings.register_profile('ci', max_examples=150, deadline=None, database=None)
+    _hypothesis_settings.register_profile('fuzz', max_examples=int(os.environ.get('PI_EGRESS_FUZZ_EXAMPLES', '20000')),
+                                          deadline=None, database=None)
+    _hypothesis_settings.load_profile(os.environ.get('PI_EGRESS_HYPOTHESIS_PROFILE', 'ci'))
 
 
 class ModuleExit(Exception):

@@ -168,6 +168,9 @@ DECISIONS = [
      'host-sni-mismatch', [], None),
     ('host-header-twice', dict(headers=[('Host', API), ('host', OTHER), ('x-api-key', PH_A)]), 'job-a',
      'host-sni-mismatch', [], None),
+    ('http2-host-header-differs-from-authority', dict(http_version='HTTP/2.0', authority=API,
+                                                     headers=[('host', OTHER), ('x-api-key', PH_A)]),
+     'job-a', 'host-sni-mismatch', [], None),
     ('host-header-twice-same', dict(headers=[('Host', API), ('Host', API), ('x-api-key', PH_A)]), 'job-a',
      'host-sni-mismatch', [], None),
     # refused: host, SNI and binding

@@ -293,6 +293,7 @@ def decide(request, creds, jobs, secret_of, client_job=None):
     host_values = [v for n, v in request.headers if n.lower() == 'host']
     if (not bound or request.sni != request.host or len(host_values) > 1
             or not _names_the_target(request.host_header, request.host, request.port)
+            or any(not _names_the_target(v.lower(), request.host, request.port) for v in host_values)
             or request.authority and not _names_the_target(request.authority, request.host, request.port)):
         return Decision('host-sni-mismatch', job=client_job)
     places = _texts(request)
@@ -476,7 +477,9 @@ class Interceptor(object):  # pragma: no cover - runs inside mitmproxy
             data.ignore_connection = True
 
     def request(self, flow):
-        if not self._bound(flow.request.host, flow.request.port) or not flow.client_conn.tls_established:
+        # TLS is terminated only for a bound host whose hello named it (tls_clienthello): every request on
+        # such a connection is decided, whatever host its request line or Host names (never passed undecided).
+        if not flow.client_conn.tls_established:
             return
         self.jobs.refresh()
         client = self._client(flow.client_conn)
@@ -510,7 +513,7 @@ class Interceptor(object):  # pragma: no cover - runs inside mitmproxy
         # buffering it: by Content-Length before a byte was read, or by the bytes read of a chunked body.
         if flow.error is None or 'body_size_limit' not in (flow.error.msg or '') or flow.request is None:
             return
-        if not self._bound(flow.request.host, flow.request.port):
+        if not flow.client_conn.tls_established:
             return
         self.jobs.refresh()
         client = self._client(flow.client_conn)
