@@ -178,9 +178,10 @@ class World(object):
         self.secret[name] = value
 
     def request(self, host, header_pairs=(), sni=None, host_header=None, method='GET', path='/v1/messages',
-                ca='-', via='interceptor', body=None):
+                ca='-', via='interceptor', body=None, connect_headers=()):
         """One request from the direct client to the interceptor (``via='interceptor'``), or from the job
-        client through squid (``via='job'``; ``via='return-port'`` dials the interceptor's way out instead)."""
+        client through squid (``via='job'``; ``via='return-port'`` dials the interceptor's way out instead).
+        ``connect_headers``: more header lines on the CONNECT (what a job would forge)."""
         ca_path = '/share/interceptor-ca.pem' if ca == '-' else ca
         proxy, port, container = dict(interceptor=(INTERCEPTOR, 8080, CLIENT), job=(PROXY, 3128, JOB_CLIENT),
                                       **{'return-port': (PROXY, _interceptor.RETURN_PORT, JOB_CLIENT)})[via]
@@ -191,6 +192,10 @@ class World(object):
             assert script != CLIENT_SCRIPT
             header_pairs = list(header_pairs) + [('Content-Type', 'application/x-www-form-urlencoded'),
                                                  ('Content-Length', str(len(body)))]
+        if connect_headers:   # this copy sends them on the CONNECT, after Host
+            extra = ''.join('%s: %s\\r\\n' % pair for pair in connect_headers)
+            script = script.replace('Host: %s:443\\r\\n\\r\\n"', 'Host: %s:443\\r\\n' + extra + '\\r\\n"')
+            assert extra and script.count(extra) == 1
         argv = ['python3', '-c', script, proxy, str(port), host, sni or host, host_header or host, method, path,
                 ca_path, json.dumps([list(p) for p in header_pairs])]
         rc, out = self.client.containers.get(container).exec_run(['timeout', '30'] + argv)

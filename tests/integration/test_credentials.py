@@ -276,6 +276,23 @@ def test_through_squid_another_jobs_placeholder_is_refused(world):
     assert world.saw_marker(marker) == []
 
 
+@pytest.mark.parametrize('forged', [[('X-Pi-Client', '192.0.2.7')],
+                                    [('X-Pi-Client', '192.0.2.7'), ('X-Pi-Client', '192.0.2.8')],
+                                    [('x-pi-client', '192.0.2.7, 192.0.2.8')]], ids=['one', 'two', 'list'])
+def test_a_job_cannot_name_itself_another_job_on_its_connect(world, forged):
+    """The job forges X-Pi-Client on its CONNECT with an address of the other job's network and sends that
+    job's placeholder: squid drops the forged header and names the job's real address."""
+    job_ip = world.client.api.inspect_container(_world.JOB_CLIENT)['NetworkSettings']['Networks'][_world.JOBNET][
+        'IPAddress']
+    marker = uuid.uuid4().hex
+    answer = world.request('api.provider.test', [('x-api-key', world.foreign)], path='/v1/messages?m=' + marker,
+                           via='job', connect_headers=forged)
+    assert ' 403 ' in (answer['status'] or '') + ' ' and 'placeholder-of-another-job' in answer['body'], answer
+    assert world.saw_marker(marker) == []
+    refused = [r for r in world.records() if r.get('reason') == 'placeholder-of-another-job']
+    assert refused[-1]['client'] == job_ip and refused[-1]['job'] == JOB, refused[-1]
+
+
 def test_a_placeholder_from_a_client_no_job_names_is_refused(world):
     """The job's network is not in its record (as for a network made without credentials_dir): its own
     placeholder is refused, since nothing says it is the client's."""
