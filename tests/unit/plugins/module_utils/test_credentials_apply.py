@@ -109,7 +109,9 @@ def inspected(kwargs, image_id=IMAGE_ID):
     env = ['%s=%s' % item for item in kwargs['environment'].items()]
     env += ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', 'LANG=C.UTF-8']
     return {'Image': image_id, 'Mounts': mounts,
-            'Config': {'Env': env, 'Labels': dict(kwargs['labels'])}, 'State': {'Running': True}}
+            'Config': {'Env': env, 'Labels': dict(kwargs['labels'])}, 'State': {'Running': True},
+            'HostConfig': {'Memory': kwargs['mem_limit'], 'MemorySwap': kwargs['memswap_limit'],
+                           'PidsLimit': kwargs['pids_limit']}}
 
 
 def _same(attrs):
@@ -149,6 +151,13 @@ def _source(attrs):
     return attrs
 
 
+def _host(**values):
+    def change(attrs):
+        attrs['HostConfig'].update(values)
+        return attrs
+    return change
+
+
 def _env(drop=(), add=()):
     def change(attrs):
         keep = [item for item in attrs['Config']['Env'] if item.split('=', 1)[0] not in drop]
@@ -181,6 +190,11 @@ DIFFERENCES = [
      IMAGE_ID, 'PI_INTERCEPTOR_UPSTREAM_CA set, wanted unset'),
     ('upstream CA missing', True, _env(drop=['PI_INTERCEPTOR_UPSTREAM_CA']), IMAGE_ID,
      'PI_INTERCEPTOR_UPSTREAM_CA=None, wanted /etc/pi-interceptor/upstream-ca.pem'),
+    ('no memory limit (made before the bound)', False, _host(Memory=0), IMAGE_ID,
+     'memory unbounded, wanted %d' % _interceptor.MEMORY),
+    ('another memory limit', False, _host(Memory=512 * 1024 ** 2), IMAGE_ID, 'memory 536870912, wanted'),
+    ('no pids limit', False, _host(PidsLimit=None), IMAGE_ID,
+     'pids limit unbounded, wanted %d' % _interceptor.PIDS_LIMIT),
     ('upstream CA other path', True,
      _env(drop=['PI_INTERCEPTOR_UPSTREAM_CA'], add=['PI_INTERCEPTOR_UPSTREAM_CA=/tmp/ca.pem']), IMAGE_ID,
      'PI_INTERCEPTOR_UPSTREAM_CA=/tmp/ca.pem'),
@@ -226,7 +240,8 @@ def test_differences_several_at_once():
 def test_differences_empty_inspect():
     kwargs = wanted()
     got = _apply.differences(kwargs, {'Image': IMAGE_ID, 'Mounts': None, 'Config': {'Env': None}}, IMAGE_ID)
-    assert [line.split(' ', 1)[0].split('=', 1)[0] for line in got] == ['mounts', 'PI_INTERCEPTOR_UPSTREAM']
+    assert [line.split(' ', 1)[0].split('=', 1)[0] for line in got] == ['mounts', 'PI_INTERCEPTOR_UPSTREAM', 'memory',
+                                                                         'pids']
 
 
 def test_differences_never_name_a_secret_file_content(tmp_path):
