@@ -23,7 +23,10 @@ description:
     loaded), namely the hosts and jobs that would newly be refused and the refused requests that would now pass. With
     C(--diff) the change is shown as a diff.
   - It changes nothing. A line that is not a decision (a cut line) is skipped and named in I(problems);
-    a symlinked folder is refused and a symlinked file is skipped, never followed.
+    a symlinked folder is refused. A log file that is not a regular file (a symlink, a FIFO, a socket),
+    also one swapped in while it reads, is skipped with a warning naming it and the fix, never followed,
+    read or waited on; an allowlist file (I(current_allowlist), I(replay_allowlist)) that is not a regular
+    file is refused.
 author:
   - pi-dispatch egress team (@pi-dispatch)
 options:
@@ -135,6 +138,15 @@ problems:
   returned: always
   type: list
   elements: str
+refused_files:
+  description:
+    - Names in the folder that are log files by name but not regular files (a symlink, a FIFO, a socket, a
+      folder), also one swapped in while it was read; each was not read, never followed or waited on, and
+      is named with the fix. Also given as warnings.
+  returned: always
+  type: list
+  elements: str
+  version_added: 0.15.0
 replay:
   description:
     - With a candidate, the changes (newly_refused, newly_allowed; one row per method kind, host and port with
@@ -157,11 +169,10 @@ ALLOWLIST_FILE = 'egress-allowlist.conf'
 
 
 def _read_text(module: AnsibleModule, path: str, what: str) -> str:
-    if os.path.islink(path):
-        module.fail_json(msg='%s (%s) is a symlink; name the real file. Nothing was read.' % (path, what))
     try:
-        with open(path, 'rb') as handle:
-            return handle.read().decode('utf-8', 'replace')
+        return _decisions.read_text(path, what)
+    except _decisions.DecisionsError as exc:
+        module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg='Cannot read %s (%s): %s. Name a readable file.' % (path, what, exc.strerror or exc))
 

@@ -603,7 +603,8 @@ def test_refusals_on_the_interceptors_way_out_are_in_the_decision_log(world):
     """Issue 42 item 14: a tunnel the TLS name check refuses on its port 3130 (the interceptor's way out)
     carries no X-Pi-Client (squid did not send it); it is still one refused line of the decision log, naming
     the client that dialled: a job dialling it for a bound host, a client on the interceptor's network asking
-    for a host no credential is bound to."""
+    for a host no credential is bound to. The job forges X-Pi-Client naming the other client: the line names
+    the job's own address (only the proxy's squid is believed)."""
     import time
     from credentials_world import CLIENT_SCRIPT, JOB_CLIENT, JOBNET, NET
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
@@ -615,7 +616,8 @@ def test_refusals_on_the_interceptors_way_out_are_in_the_decision_log(world):
     before = time.time() - 0.005  # squid stamps a request when it reads it (to the ms), after this
     marker = uuid.uuid4().hex
     answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])],
-                           path='/v1/messages?m=' + marker, via='return-port', ca='/share/provider-ca.pem')
+                           path='/v1/messages?m=' + marker, via='return-port', ca='/share/provider-ca.pem',
+                           connect_headers=[('X-Pi-Client', direct_address)])
     assert answer['status'] is None, answer
     argv = ['python3', '-c', CLIENT_SCRIPT, PROXY, str(_interceptor.RETURN_PORT), 'unbound.provider.test',
             'unbound.provider.test', 'unbound.provider.test', 'GET', '/v1/messages?m=' + marker,

@@ -169,12 +169,12 @@ def test_a_model_endpoints_plain_tunnel_is_logged_as_endpoint(egress_env, job):
         assert rc == 0, out[-4000:]
 
 
-def _module(args):
+def _module(args, timeout=300):
     """egress_decisions run by ansible ad hoc (one line: "localhost | SUCCESS => {...}"): its result dict."""
     cmd = ['ansible', 'localhost', '-i', 'localhost,', '-c', 'local', '-o', '-m',
            'pi_dispatch.egress.egress_decisions', '-a', json.dumps(args)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ansible_env(), cwd=ROOT,
-                          timeout=300, check=False)
+                          timeout=timeout, check=False)
     out = proc.stdout.decode('utf-8', 'replace')
     assert proc.returncode == 0 and '=>' in out, out + proc.stderr.decode('utf-8', 'replace')
     return json.loads(out.split('=>', 1)[1])
@@ -269,3 +269,25 @@ def test_a_job_on_an_address_the_last_job_just_left_is_logged_as_itself(egress_e
         finally:
             container.remove(force=True)
             jn.teardown_job_network(client, name, proxy_name=egress_env.proxy)
+
+
+def test_a_fifo_or_a_link_planted_in_the_folder_is_refused_never_waited_on(egress_env, job):
+    """Issue 42 item 15: the folder is the proxy user's; a FIFO there held the reader (root) forever, a link was
+    followed. Planted beside the proxy's real files, both are named with the fix and the real lines are read."""
+    folder = _folder(egress_env)
+    fifo = os.path.join(folder, 'planted.tls-decisions.jsonl')
+    link = os.path.join(folder, 'planted.decisions.jsonl')
+    os.mkfifo(fifo)
+    os.symlink('/etc/shadow', link)
+    try:
+        # bounded: the module returns in seconds; a reader waiting on the FIFO would end in TimeoutExpired
+        result = _module(dict(deploy_dir=egress_env.deploy_dir, since='1h', limit=1), timeout=90)
+    finally:
+        os.unlink(fifo)
+        os.unlink(link)
+    assert fifo not in result['files'] and link not in result['files'] and result['files'], result['files']
+    refused = result['refused_files']
+    assert len(refused) == 2, refused
+    assert any(r.startswith('%s is a FIFO' % fifo) and 'rm %s' % fifo in r for r in refused), refused
+    assert any(r.startswith('%s is a symlink' % link) and 'rm %s' % link in r for r in refused), refused
+    assert result['count'] > 0, result

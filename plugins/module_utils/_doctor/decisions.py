@@ -57,6 +57,11 @@ def decisions_line(folder: str, now: Optional[float] = None, window: int = WINDO
     except (IOError, OSError) as exc:
         return Line('decisions.unreadable', 'warn', 'Decision log: %s could not be read (%s)'
                     % (folder, exc.strerror or exc), fix='run the doctor as root (the folder is 0750, uid 13)')
+    if log.warnings:
+        # a symlink, a FIFO, ... where the proxy writes its files: not read, and said before any count
+        return Line('decisions.unreadable', 'warn', 'Decision log: %s could not be read (%s)'
+                    % (folder, '; '.join(log.warnings)),
+                    fix='remove what is named (the proxy writes regular files only) and find out who made it')
     refused = [r for r in records if r.get('verdict') == 'refused' and not own_probe(r)]
     if not refused:
         return Line('decisions.quiet', 'ok',

@@ -14,10 +14,12 @@ only read.
 from __future__ import annotations
 
 import calendar
+import errno
 import gc
 import json
 import os
 import re
+import stat
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -37,12 +39,15 @@ REASONS = {
     'plain_https': 'a plain (untunnelled) request to port 443 of a listed host',
     'guard': 'the host resolves into a range the destination guard refuses',
     'conn_limit': 'the client already holds its maximum number of connections',
+    'authority': "a CONNECT whose authority is not name:port or [ipv6]:port after squid's parse",
     'sni_mismatch': 'the TLS SNI names another host than the CONNECT (domain fronting)',
     'no_sni': 'a TLS hello without SNI to a name (only a listed IP literal may omit it)',
     'not_tls': 'the bytes in a tunnel to 443 are not TLS',
     'manager': "squid's cache manager, asked from outside the proxy",
     'tls_check_unavailable': 'the TLS name check did not answer',
     'invalid': 'a request squid could not parse',
+    'way_out': "a tunnel on the interceptor's way out (port 3130) from outside its network, or to a host no "
+               'credential is bound to',
     'other': 'refused before any rule decided',
 }
 # the reasons an allowlist decides, which a replay judges again
@@ -57,6 +62,65 @@ _SPAN_UNITS = dict(s=1, m=60, h=3600, d=86400)
 
 class DecisionsError(ValueError):
     """Bad input (a folder, a time, a filter): nothing was read."""
+
+
+class UnsafeFile(DecisionsError):
+    """A path that is not a regular file (a symlink, a FIFO, a socket, a device, a folder): not read."""
+
+
+# never follow a link, never wait on a FIFO's writer, never leak the descriptor into a child
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NONBLOCK', 0) | getattr(os, 'O_CLOEXEC', 0)
+_KINDS = ((stat.S_ISLNK, 'a symlink'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISSOCK, 'a socket'),
+          (stat.S_ISCHR, 'a device'), (stat.S_ISBLK, 'a device'), (stat.S_ISDIR, 'a folder'))
+
+
+def _kind(mode: int) -> str:
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return 'not a regular file'
+
+
+def _unsafe(path: str, kind: str, log: bool) -> UnsafeFile:
+    if log:
+        return UnsafeFile('%s is %s, not a file the proxy writes, and was not read (never followed or waited on): '
+                          'remove it (rm %s) and find out who made it; only root and the proxy user (uid 13) may '
+                          'write in this folder' % (path, kind, path))
+    return UnsafeFile('%s is %s, not a regular file; name the real file. Nothing was read' % (path, kind))
+
+
+def open_regular(path: str, dir_fd: Optional[int] = None, log: bool = False, shown: Optional[str] = None) -> Any:
+    """A binary read handle on ``path``, which must be a regular file: opened with no link following and
+    without waiting (O_NOFOLLOW|O_NONBLOCK), then fstat'ed, so a symlink swapped in after a listing or a FIFO
+    is refused (:class:`UnsafeFile` naming the file and the fix), never read or waited on. ``dir_fd``: the
+    path is relative to that folder, and ``shown`` names it in a message. ``log``: the message is a decision
+    log file's."""
+    shown = shown or path
+    try:
+        fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd) if dir_fd is not None else os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):   # EMLINK: a link under O_NOFOLLOW on some BSDs
+            raise _unsafe(shown, 'a symlink', log)
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _unsafe(shown, _kind(info.st_mode), log)
+        handle = os.fdopen(fd, 'rb')
+    except BaseException:
+        os.close(fd)
+        raise
+    return handle
+
+
+def read_text(path: str, what: str) -> str:
+    """The text of a file an operator names (an allowlist): a regular file only (:func:`open_regular`).
+    DecisionsError naming ``what`` and the fix otherwise; OSError when it cannot be read."""
+    try:
+        with open_regular(path) as handle:
+            return handle.read().decode('utf-8', 'replace')
+    except UnsafeFile as exc:
+        raise DecisionsError('%s (%s)' % (exc, what))
 
 
 def parse_time(text: Optional[Union[str, int, float]], now: Optional[float] = None,
@@ -93,7 +157,9 @@ def log_files(folder: str) -> Tuple[List[str], List[str]]:
     """(files, warnings): the decision log's files in ``folder``, oldest rotation first.
 
     DecisionsError when the folder is a symlink or not a folder. A missing folder has no files (the
-    proxy has logged nothing yet). A symlinked file is skipped with a warning, never followed.
+    proxy has logged nothing yet). A log file's name that is not a regular file (a symlink, a FIFO, ...)
+    is skipped with a warning naming it and the fix, never followed or opened; one swapped in after this
+    listing is refused when it is opened (:func:`read_log`).
     """
     if os.path.islink(folder):
         raise DecisionsError('%s is a symlink; name the real decision log folder (egress_decision_log_dir). '
@@ -108,11 +174,14 @@ def log_files(folder: str) -> Tuple[List[str], List[str]]:
         if not _FILE_RE.match(name):
             continue
         path = os.path.join(folder, name)
-        if os.path.islink(path):
-            warnings.append('%s is a symlink and was not read; the proxy writes real files only' % path)
-            continue
-        if os.path.isfile(path):
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue   # rotated away since the listing
+        if stat.S_ISREG(mode):
             files.append(path)
+        else:
+            warnings.append(str(_unsafe(path, _kind(mode), log=True)))
 
     def order(path: str) -> Tuple[str, int]:
         base, _sep, suffix = os.path.basename(path).rpartition('.jsonl')
@@ -172,21 +241,45 @@ def read_log(folder: str, since: Optional[float] = None, until: Optional[float] 
     ``max_problems`` are listed; the count is always complete in the last one).
     """
     files, warnings = log_files(folder)
-    records, problems, bad = [], [], 0
+    records, problems, bad, read = [], [], 0, []
+    if not files:
+        return DecisionLog(records, problems, warnings, files)
+    # the files are opened relative to the folder as it was checked (a folder swapped for a link since is
+    # refused here), each with no link following and no waiting
+    try:
+        folder_fd = os.open(folder, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0) | getattr(os, 'O_NOFOLLOW', 0)
+                            | getattr(os, 'O_CLOEXEC', 0))
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise DecisionsError('%s is not a folder any more (a symlink?); name the real decision log folder '
+                                 '(egress_decision_log_dir). Nothing was read' % folder)
+        raise
     # hundreds of thousands of small dicts: the cyclic collector would walk them again and again (none
     # of them forms a cycle), which made reading grow faster than the log
     collecting = gc.isenabled()
     gc.disable()
     try:
         for path in files:
-            bad += _read_file(path, since, until, records, problems, max_problems)
+            try:
+                handle = open_regular(os.path.basename(path), dir_fd=folder_fd, log=True, shown=path)
+            except UnsafeFile as exc:
+                warnings.append(str(exc))
+                continue
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue   # rotated away since the listing
+                raise
+            with handle:
+                bad += _read_file(handle, path, since, until, records, problems, max_problems)
+            read.append(path)
     finally:
+        os.close(folder_fd)
         if collecting:
             gc.enable()
     if bad > len(problems):
         problems.append('%d lines in all were not decision records' % bad)
     records.sort(key=lambda r: r['epoch'])
-    return DecisionLog(records, problems, warnings, files)
+    return DecisionLog(records, problems, warnings, read)
 
 
 def read_records(folder: str, since: Optional[float] = None, until: Optional[float] = None, max_problems: int = 20
@@ -213,31 +306,32 @@ def query(folder: str, job: Optional[str] = None, host: Optional[str] = None, ve
     log = read_log(folder, since=start, until=end)
     matched = select(log.records, job=job, host=host, verdict=verdict, reason=reason)
     result = dict(changed=False, folder=folder, files=log.files, problems=log.problems, count=len(matched),
-                  records=matched[-limit:] if limit else [], summary=summarize(matched, top=top))
+                  records=matched[-limit:] if limit else [], summary=summarize(matched, top=top),
+                  refused_files=list(log.warnings))
     return result, matched, log.warnings
 
 
-def _read_file(path: str, since: Optional[float], until: Optional[float], records: List[Dict[str, Any]],
-               problems: List[str], max_problems: int) -> int:
-    """Append the file's records within the window; returns how many lines were not records."""
+def _read_file(handle: Any, path: str, since: Optional[float], until: Optional[float],
+               records: List[Dict[str, Any]], problems: List[str], max_problems: int) -> int:
+    """Append the records within the window of the open file ``handle`` (named ``path``); returns how many
+    lines were not records."""
     bad = 0
-    with open(path, 'rb') as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            text = raw.decode('utf-8', 'replace').strip()
-            if not text:
-                continue
-            record = parse_line(text)
-            if record is None:
-                bad += 1
-                if len(problems) < max_problems:
-                    problems.append('%s line %d is not a decision record (cut by a full disk or a rotation?); '
-                                    'it was skipped' % (path, lineno))
-                continue
-            if since is not None and record['epoch'] < since:
-                continue
-            if until is not None and record['epoch'] > until:
-                continue
-            records.append(record)
+    for lineno, raw in enumerate(handle, start=1):
+        text = raw.decode('utf-8', 'replace').strip()
+        if not text:
+            continue
+        record = parse_line(text)
+        if record is None:
+            bad += 1
+            if len(problems) < max_problems:
+                problems.append('%s line %d is not a decision record (cut by a full disk or a rotation?); '
+                                'it was skipped' % (path, lineno))
+            continue
+        if since is not None and record['epoch'] < since:
+            continue
+        if until is not None and record['epoch'] > until:
+            continue
+        records.append(record)
     return bad
 
 

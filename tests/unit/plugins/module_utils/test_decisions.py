@@ -7,8 +7,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import json
 import os
+import signal
+import socket
 
 import pytest
 
@@ -93,6 +96,123 @@ def test_read_records_in_time_order_with_the_window_and_bad_lines_named(tmp_path
     assert warnings == []
     records, problems, _w = D.read_records(folder, until=D.parse_time('2026-12-05T20:30:00Z'), max_problems=0)
     assert [r['host'] for r in records] == ['old.test'] and problems == ['2 lines in all were not decision records']
+
+
+@contextlib.contextmanager
+def prompt(seconds=5):
+    """Fails the test (instead of hanging it) when the body waits longer than ``seconds``: a FIFO opened for
+    reading without O_NONBLOCK waits for a writer forever."""
+    def expired(_signum, _frame):
+        raise AssertionError('still waiting after %ss: a FIFO was opened or read' % seconds)
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _swapping_log_files(monkeypatch, swap):
+    """log_files lists the folder, then ``swap`` runs (the proxy user racing the reader), as between the
+    listing and the open of a real read."""
+    listed = D.log_files
+
+    def racing(folder):
+        found = listed(folder)
+        swap(folder)
+        return found
+    monkeypatch.setattr(D, 'log_files', racing)
+
+
+def _secret(tmp_path):
+    """A file only root should read, written as a decision line (so a reader that follows a link would count it)."""
+    path = tmp_path / 'shadow'
+    path.write_text(json.dumps(record(host='secret-from-shadow.test')) + '\n')
+    return str(path)
+
+
+@pytest.mark.parametrize('kind', ['symlink', 'fifo'])
+def test_a_file_swapped_after_the_listing_is_refused_never_read_or_waited_on(tmp_path, monkeypatch, kind):
+    """Issue 42 item 15: the reader listed a regular file, then opened whatever the name was by then."""
+    folder = tmp_path / 'decisions'
+    folder.mkdir()
+    write(str(folder), 'p.decisions.jsonl', [record(host='kept.test')])
+    write(str(folder), 'p.tls-decisions.jsonl', [record(host='swapped.test')])
+    secret = _secret(tmp_path)
+
+    def swap(path):
+        target = os.path.join(path, 'p.tls-decisions.jsonl')
+        os.unlink(target)
+        if kind == 'symlink':
+            os.symlink(secret, target)
+        else:
+            os.mkfifo(target)
+    _swapping_log_files(monkeypatch, swap)
+    with prompt():
+        log = D.read_log(str(folder))
+    assert [r['host'] for r in log.records] == ['kept.test']
+    swapped = os.path.join(str(folder), 'p.tls-decisions.jsonl')
+    assert log.files == [os.path.join(str(folder), 'p.decisions.jsonl')]
+    assert len(log.warnings) == 1, log.warnings
+    what = 'a symlink' if kind == 'symlink' else 'a FIFO'
+    assert log.warnings[0].startswith('%s is %s, not a file the proxy writes, and was not read' % (swapped, what))
+    assert 'rm %s' % swapped in log.warnings[0], log.warnings
+
+
+@pytest.mark.parametrize('kind', ['symlink', 'fifo', 'socket', 'folder'])
+def test_a_log_name_that_is_not_a_regular_file_is_skipped_with_the_fix(tmp_path, kind):
+    folder = tmp_path / 'decisions'
+    folder.mkdir()
+    write(str(folder), 'p.decisions.jsonl', [record(host='kept.test')])
+    odd = os.path.join(str(folder), 'q.decisions.jsonl')
+    if kind == 'symlink':
+        os.symlink(_secret(tmp_path), odd)
+    elif kind == 'fifo':
+        os.mkfifo(odd)
+    elif kind == 'socket':
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(odd)
+        server.close()
+    else:
+        os.mkdir(odd)
+    with prompt():
+        result, _matched, warnings = D.query(str(folder))
+    assert [r['host'] for r in result['records']] == ['kept.test'] and result['files'] == [
+        os.path.join(str(folder), 'p.decisions.jsonl')]
+    assert len(warnings) == 1 and warnings[0].startswith('%s is a' % odd) and 'rm %s' % odd in warnings[0], warnings
+
+
+@pytest.mark.parametrize('kind', ['symlink', 'fifo'])
+def test_open_regular_refuses_a_link_or_a_fifo_at_once(tmp_path, kind):
+    path = str(tmp_path / 'candidate.conf')
+    if kind == 'symlink':
+        os.symlink(_secret(tmp_path), path)
+    else:
+        os.mkfifo(path)
+    with prompt():
+        with pytest.raises(D.UnsafeFile) as info:
+            D.open_regular(path)
+        with pytest.raises(D.DecisionsError) as text_info:
+            D.read_text(path, 'replay_allowlist')
+    assert 'is a %s' % ('symlink' if kind == 'symlink' else 'FIFO') in str(info.value)
+    assert str(text_info.value).startswith('%s is a' % path) and 'name the real file' in str(text_info.value)
+    assert '(replay_allowlist)' in str(text_info.value) and 'Nothing was read' in str(text_info.value)
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / 'decisions'
+    folder.mkdir()
+    write(str(folder), 'p.decisions.jsonl', [record()])
+    elsewhere = tmp_path / 'elsewhere'
+
+    def swap(path):
+        os.rename(path, str(elsewhere))
+        os.symlink(str(elsewhere), path)
+    _swapping_log_files(monkeypatch, swap)
+    with pytest.raises(D.DecisionsError) as info:
+        D.read_log(str(folder))
+    assert 'not a folder any more' in str(info.value) and 'Nothing was read' in str(info.value)
 
 
 RECS = [

@@ -64,3 +64,26 @@ def test_missing_and_unreadable_folders_warn_with_the_fix(tmp_path, folder):
     os.symlink(str(folder), str(tmp_path / 'link'))
     got = DD.decisions_line(str(tmp_path / 'link'), now=NOW)
     assert (got.id, got.status) == ('decisions.unreadable', 'warn') and 'symlink' in got.message
+
+
+def test_a_fifo_or_a_link_in_the_folder_is_named_with_the_fix_never_waited_on(tmp_path, folder):
+    """Issue 42 item 15: the doctor reads as root; a FIFO would have held it, a link would have been followed."""
+    import signal
+
+    (folder / 'p.decisions.jsonl').write_text(line(5))
+    os.mkfifo(str(folder / 'p.tls-decisions.jsonl'))
+    os.symlink('/etc/shadow', str(folder / 'q.decisions.jsonl'))
+
+    def expired(_signum, _frame):
+        raise AssertionError('the doctor waited on the FIFO')
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, 5)
+    try:
+        got = DD.decisions_line(str(folder), now=NOW)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert (got.id, got.status) == ('decisions.unreadable', 'warn'), got
+    assert '%s is a FIFO' % (folder / 'p.tls-decisions.jsonl') in got.message, got
+    assert '%s is a symlink' % (folder / 'q.decisions.jsonl') in got.message, got
+    assert 'remove' in got.fix
