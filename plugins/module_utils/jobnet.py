@@ -54,6 +54,11 @@ The contracts (each function's docstring has the details):
   now; read-only, nothing is reserved.
 * :func:`sweep` / :func:`sweep_lines`: collect the job networks a dead
   worker left behind (and the proxy shards left empty), and report it.
+* :func:`approve_optins` ``(project_policy, digest=None, deploy_dir=None,
+  check_mode=False)`` -> ``dict``. The operator's consent to what a project's
+  ``.pi-container/config.yaml`` opens now (the digest they reviewed), kept in
+  the deployment folder: a transparent create refuses a policy that opens a
+  port unless it is the approved one. No daemon is asked.
 * :func:`proxy_family` ``(client, proxy_name=PROXY_NAME)``: the proxy and its shards,
   each with its state and the job networks it carries.
 * :func:`lazy_client`, :func:`inspect_job_network`, :func:`read_host_routes`,
@@ -90,6 +95,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.transp
     MODES,
     TRANSPARENT,
     TRANSPARENT_PREFIX,
+    approve_optins,
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import (
@@ -170,7 +176,10 @@ def proxy_family(client: Any, proxy_name: str = PROXY_NAME) -> List[_shards.Memb
 # CREDENTIAL_VERDICTS given only when credentials_dir is passed).
 # 3.3: a job's MCP servers (preflight's mcp_json and deploy_dir, with MCP_VERDICTS given only when mcp_json
 # is passed).
-API_VERSION = '3.3'
+# 3.4: the operator approves a project's opt-ins (approve_optins; create_job_network's deploy_dir keeps the
+# approvals): a transparent create refuses, with JobNetError as for any refused policy file, a policy that
+# opens a port and is not the approved one (issue 42).
+API_VERSION = '3.4'
 
 __all__ = [
     'API_VERSION',
@@ -192,7 +201,7 @@ __all__ = [
     'job_id_from_network_name', 'job_labels', 'job_env', 'PROXY_NAME', 'PROXY_PORT', 'NO_PROXY',
     'LABEL_JOB_ID', 'LABEL_CREATED', 'LABEL_OWNER_HOST',
     # transparent job networks
-    'EXPLICIT', 'TRANSPARENT', 'MODES', 'TRANSPARENT_PREFIX', 'GATEWAY_NAME',
+    'EXPLICIT', 'TRANSPARENT', 'MODES', 'TRANSPARENT_PREFIX', 'GATEWAY_NAME', 'approve_optins',
     # exceptions
     'JobNetError', 'PoolExhausted', 'EngineError', 'EngineUnavailable',
 ]

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.redact import redact
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.deployment import DEFAULT_DEPLOY_DIR
 
 # One code per outcome; the order of ERRORS is the order the exceptions are matched (subclasses first).
 EXIT_OK = 0
@@ -61,7 +63,7 @@ Result = Dict[str, Any]
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line: four commands and the connection options they share."""
+    """The command line: five commands and the connection options they share."""
     top = argparse.ArgumentParser(
         prog='python3 -m ansible_collections.pi_dispatch.egress.plugins.module_utils.jobnet_cli',
         description='One --internal network per job (job-network API %s). Prints one JSON object; exit codes: '
@@ -88,6 +90,9 @@ def parser() -> argparse.ArgumentParser:
                         help='explicit (proxy variables) or transparent (the gateway; docs/transparent.md)')
     create.add_argument('--project-policy', default=None,
                         help='transparent: the project\'s .pi-container/config.yaml (seeded deny-all when missing)')
+    create.add_argument('--deploy-dir', default=None,
+                        help='transparent: the deployment folder that keeps the approved opt-ins (default '
+                             '/opt/pi-dispatch/egress)')
 
     teardown = sub.add_parser('teardown', help='detach the proxy and remove pi-job-<id>-net (idempotent)')
     teardown.add_argument('job_id')
@@ -99,6 +104,18 @@ def parser() -> argparse.ArgumentParser:
                        help='transparent: the gateway must run too')
     check.add_argument('--mcp-json', help='the job\'s mcp.json: each enabled MCP server must be one the proxy carries')
     check.add_argument('--deploy-dir', help='the deployment folder whose allowlist and model endpoints judge it')
+
+    approve = sub.add_parser('approve-optins', help='approve what a project\'s opt-ins open now (no daemon is asked; '
+                                                    'docs/transparent.md)')
+    where = approve.add_mutually_exclusive_group(required=True)
+    where.add_argument('--project', help='the project folder (its .pi-container/config.yaml)')
+    where.add_argument('--policy', help='the policy file itself')
+    approve.add_argument('--deploy-dir', default=DEFAULT_DEPLOY_DIR,
+                         help='the deployment folder that keeps the approvals (default %(default)s)')
+    how = approve.add_mutually_exclusive_group(required=True)
+    how.add_argument('--digest', help='the digest of the policy you reviewed (the refusal names it); approve it')
+    how.add_argument('--check', action='store_true', help='show what the policy opens, its digest and the diff; '
+                                                          'approve nothing')
 
     sweep = sub.add_parser('sweep', help='remove the job networks a dead worker left behind')
     sweep.add_argument('--min-age', type=int, default=300, help='seconds a network must have lived')
@@ -116,8 +133,15 @@ def run_create(args: argparse.Namespace, connect: Callable[[argparse.Namespace],
     net = jobnet.create_job_network(connect(args), args.job_id, proxy_name=args.proxy, pool=args.pool,
                                     prefix=args.prefix, routes=[] if args.remote else None,
                                     check_mode=args.check, shard_bound=args.shard_bound, mode=args.mode,
-                                    project_policy=args.project_policy, gateway_name=args.gateway)
+                                    project_policy=args.project_policy, gateway_name=args.gateway,
+                                    deploy_dir=args.deploy_dir)
     return dict(net.as_dict(), run_args=net.run_args())
+
+
+def run_approve(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Any]) -> Result:
+    """No daemon: the approval is a file in the deployment folder."""
+    policy = args.policy or os.path.join(os.path.abspath(args.project), '.pi-container', 'config.yaml')
+    return jobnet.approve_optins(policy, args.digest, deploy_dir=args.deploy_dir, check_mode=args.check)
 
 
 def run_teardown(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Any]) -> Result:
@@ -139,7 +163,8 @@ def run_sweep(args: argparse.Namespace, connect: Callable[[argparse.Namespace], 
                              proxy_name=args.proxy, id_prefix=args.id_prefix, check_mode=args.check))
 
 
-COMMANDS = dict(create=run_create, teardown=run_teardown, preflight=run_preflight, sweep=run_sweep)
+COMMANDS = {'create': run_create, 'teardown': run_teardown, 'preflight': run_preflight, 'sweep': run_sweep,
+            'approve-optins': run_approve}
 
 
 def exit_code(command: str, result: Result) -> int:

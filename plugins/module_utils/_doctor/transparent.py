@@ -23,6 +23,7 @@ Everything it made is removed at the end of the run (the job network through the
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -223,9 +224,14 @@ class TransparentCheck(Check):
                 handle.write('egress:\n  allow:\n    tcp_ports: [{port: %d, hosts: [%s]}]\n' % (int(port), host))
         try:
             try:
+                if policy:
+                    # The doctor's own policy, written just now in its private folder from the operator's
+                    # doctor_transparent_port: approved there, so the operator's approvals stay untouched.
+                    shown = _transparent.approve_optins(policy, deploy_dir=policy_dir, check_mode=True)
+                    _transparent.approve_optins(policy, shown['digest'], deploy_dir=policy_dir)
                 net = _lifecycle.create_job_network(ctx.client, job_id, proxy_name=ctx.proxy, pool=ctx.job_pool,
                                                     mode=_transparent.TRANSPARENT, project_policy=policy,
-                                                    gateway_name=ctx.gateway, shard_bound=0)
+                                                    gateway_name=ctx.gateway, shard_bound=0, deploy_dir=policy_dir)
             except Exception as exc:  # JobNetError, EngineError: say it, run nothing
                 why = ' '.join(str(exc).split())
                 return [Line('transparent.setup', 'notrun',
@@ -251,6 +257,4 @@ class TransparentCheck(Check):
                 _teardown.teardown_job_network(ctx.client, job_id, proxy_name=ctx.proxy, gateway_name=ctx.gateway)
             except Exception:
                 pass  # job_network_gc sweeps pi-job-doctor-<pid>-t-net later
-            if policy:
-                os.unlink(policy)
-            os.rmdir(policy_dir)
+            shutil.rmtree(policy_dir, ignore_errors=True)

@@ -48,7 +48,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import (
     DEFAULT_POOL,
@@ -307,7 +307,7 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
                        now: Optional[float] = None, owner_host: Optional[str] = None,
                        shard_bound: Optional[int] = None, mode: str = _transparent.EXPLICIT,
                        project_policy: Optional[str] = None, gateway_name: str = GATEWAY_NAME,
-                       credentials_dir: Optional[str] = None) -> JobNetwork:
+                       credentials_dir: Optional[str] = None, deploy_dir: Optional[str] = None) -> JobNetwork:
     """Create ``pi-job-<id>-net`` (--internal, labelled, a subnet from the pool), attach the proxy.
 
     Idempotent: an existing network of ours that is internal is kept, and the
@@ -349,7 +349,12 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     ``.pi-container/config.yaml``; written deny-all, create-only, when it is
     missing; None: deny-all, no file). The result's ``env`` is empty and
     ``run_args()`` carries ``--dns <gateway>``. A refused policy file raises
-    JobNetError naming the file and key, before anything is created.
+    JobNetError naming the file and key, before anything is created. A
+    policy that opens any port takes effect only as the operator approved
+    it (``approve_optins``) into ``deploy_dir``, the deployment folder
+    (default: ``credentials_dir`` when given, else /opt/pi-dispatch/egress);
+    any other raises JobNetError with the diff and the approving command,
+    before the daemon is asked.
 
     ``credentials_dir`` (the deployment folder; docs/credentials.md): when its
     ``egress-credentials.json`` declares credentials, each secret file is
@@ -374,10 +379,8 @@ def create_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME, p
     how = _transparent.How(mode, None, gateway_name, proxy_port)
     if mode == _transparent.TRANSPARENT:
         if project_policy is not None:
-            try:
-                how.optins = _optins.load(project_policy)
-            except (_optins.OptinError, OSError) as exc:
-                raise JobNetError(str(exc))
+            how.optins = _transparent.project_optins(
+                project_policy, deploy_dir or credentials_dir or _deployment.DEFAULT_DEPLOY_DIR)
         env = {}  # type: Dict[str, str]
     else:
         if project_policy is not None:

@@ -25,6 +25,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import PROXY_PORT, JobNetError
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import subnet_of
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins_mod
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.optins import Optins
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import (
@@ -41,6 +42,38 @@ MODES = (EXPLICIT, TRANSPARENT)
 # gateway the upper /27 (30 names at a time).
 TRANSPARENT_PREFIX = 26
 MAX_TRANSPARENT_PREFIX = 27
+
+
+def project_optins(project_policy: str, deploy_dir: str) -> Optins:
+    """The opt-ins of a project's policy file, when they may take effect (docs/transparent.md).
+
+    The file is read (and seeded deny-all when missing) with no link followed; a policy that opens any port
+    must be the one the operator approved into ``deploy_dir`` (``_policy/optins.py`` ``approve``), since a job
+    of the project can write the file. Raises JobNetError naming the file, the diff against the approval and
+    the approving command, before anything is created.
+    """
+    try:
+        optins = _optins_mod.load(project_policy)
+        _optins_mod.check_approved(optins, deploy_dir)
+    except (_optins_mod.OptinError, OSError) as exc:
+        raise JobNetError(str(exc))
+    return optins
+
+
+def approve_optins(project_policy: str, digest: Optional[str] = None, deploy_dir: Optional[str] = None,
+                   check_mode: bool = False) -> Dict[str, Any]:
+    """Approve the opt-ins ``project_policy`` holds now, whose digest is ``digest`` (the one the operator reviewed).
+
+    ``deploy_dir``: the deployment folder that keeps the approvals (default /opt/pi-dispatch/egress). Returns
+    dict(changed, policy, approval, digest, opens, diff, approved_before, command); ``check_mode`` approves
+    nothing (``digest`` may be None). Raises JobNetError when the file is refused, changed since it was
+    reviewed (``digest`` is not its digest now), or the folder is unusable; nothing is approved then.
+    """
+    try:
+        return _optins_mod.approve(project_policy, deploy_dir or _deployment.DEFAULT_DEPLOY_DIR,
+                                   digest, check_mode=check_mode)
+    except (_optins_mod.OptinError, OSError) as exc:
+        raise JobNetError(str(exc))
 
 
 def check_mode_name(mode: str) -> str:

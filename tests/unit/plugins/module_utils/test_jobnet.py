@@ -518,7 +518,7 @@ FUTURE_NAMES = {'annotations', 'Any', 'List'}  # from __future__ import annotati
 
 
 def test_facade_exports_exactly_all():
-    assert jn.API_VERSION == '3.3'
+    assert jn.API_VERSION == '3.4'
     assert len(set(jn.__all__)) == len(jn.__all__)
     public = set(n for n in vars(jn) if not n.startswith('_')) - FUTURE_NAMES
     assert public == set(jn.__all__)

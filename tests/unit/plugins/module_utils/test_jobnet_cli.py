@@ -118,7 +118,7 @@ def test_create_passes_its_options_and_prints_the_run_arguments(monkeypatch):
     assert got == cli.EXIT_OK and doc['ok'] is True
     assert seen == dict(job_id='job-7', proxy_name='p', pool='10.50.0.0/16', prefix=28, routes=[],
                         check_mode=True, shard_bound=3, mode='explicit', project_policy=None,
-                        gateway_name='pi-dispatch-egress-gateway')
+                        gateway_name='pi-dispatch-egress-gateway', deploy_dir=None)
     assert doc['result']['network'] == 'pi-job-job-7-net'
     assert doc['result']['run_args'][:4] == ['--name', 'pi-job-job-7', '--network', 'pi-job-job-7-net']
 
@@ -135,3 +135,54 @@ def test_the_old_import_path_is_removed():
     import importlib
     with pytest.raises(ImportError):
         importlib.import_module('ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnet')
+
+
+# --- approve-optins: the operator's consent to a project's opt-ins (issue 42, item 10) -------------------------
+
+def _no_daemon(args):
+    raise AssertionError('approve-optins asks no daemon')
+
+
+def test_approve_optins_shows_then_approves_the_digest_the_refusal_names(tmp_path):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as O
+    project = tmp_path / 'project'
+    (project / '.pi-container').mkdir(parents=True)
+    policy = project / '.pi-container' / 'config.yaml'
+    policy.write_text('egress:\n  allow:\n    tcp_ports: [{port: 8443, hosts: [attacker.example]}]\n')
+    deploy = tmp_path / 'deploy'
+    deploy.mkdir()
+    message = O.refusal(O.load(str(policy)), None, str(deploy))
+    argv = message.split('approve exactly this policy with: ', 1)[1].split(' ; ', 1)[0].split()
+    assert argv[:3] == ['python3', '-m', 'ansible_collections.pi_dispatch.egress.plugins.module_utils.jobnet_cli']
+    shown_code, shown = _run(['approve-optins', '--project', str(project), '--deploy-dir', str(deploy), '--check'],
+                             _no_daemon)
+    assert shown_code == cli.EXIT_OK and shown['result']['changed'] is True
+    assert shown['result']['opens'] == ['tcp/8443 towards attacker.example'] and not list(deploy.iterdir())
+    code, doc = _run(argv[3:], _no_daemon)
+    assert code == cli.EXIT_OK and doc['result']['changed'] is True, doc
+    assert doc['result']['digest'] == shown['result']['digest']
+    O.check_approved(O.load(str(policy)), str(deploy))
+    again_code, again = _run(argv[3:], _no_daemon)
+    assert again_code == cli.EXIT_OK and again['result']['changed'] is False
+
+
+def test_approve_optins_refuses_a_digest_the_file_no_longer_has(tmp_path):
+    policy = tmp_path / 'p.yaml'
+    policy.write_text('egress:\n  allow:\n    ssh: true\n')
+    code, doc = _run(['approve-optins', '--policy', str(policy), '--deploy-dir', str(tmp_path), '--digest',
+                      'sha256:' + '0' * 64], _no_daemon)
+    assert code == cli.EXIT_BAD_INPUT and doc['error']['type'] == 'JobNetError'
+    assert 'changed since it was reviewed' in doc['error']['message']
+    assert not (tmp_path / 'optins-approved').exists()
+
+
+@pytest.mark.parametrize('argv', [
+    ['approve-optins', '--project', '/p'],  # neither --digest nor --check
+    ['approve-optins', '--digest', 'sha256:00'],  # neither --project nor --policy
+    ['approve-optins', '--project', '/p', '--policy', '/p/x.yaml', '--check'],
+    ['approve-optins', '--project', '/p', '--digest', 'sha256:00', '--check'],
+])
+def test_approve_optins_command_line_is_one_of_each(argv):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv, out=io.StringIO())
+    assert caught.value.code == cli.EXIT_USAGE

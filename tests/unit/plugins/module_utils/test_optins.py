@@ -1,5 +1,6 @@
 """A project's protocol opt-ins (.pi-container/config.yaml, egress.allow): validate, load and seed, describe."""
 
+import json
 import os
 
 import pytest
@@ -356,3 +357,304 @@ def test_a_key_written_twice_is_refused_naming_the_line(tmp_path):
 def test_a_port_listed_twice_is_one_wide_entry():
     got = O.validate({'egress': {'allow': {'tcp_ports': [2222, 2222]}}}, '/p/config.yaml')
     assert got.wide == ['tcp_ports 2222'] and got.ports['tcp'] == {2222: True}
+
+
+# --- no link followed: the .pi-container folder and the file (issue 42, item 10) --------------------------
+
+
+def test_load_does_not_seed_through_a_symlinked_folder(tmp_path):
+    """A job points .pi-container elsewhere: the seed is not written there, and the path and the fix are named."""
+    project = tmp_path / 'project'
+    project.mkdir()
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    (project / '.pi-container').symlink_to(elsewhere)
+    path = project / '.pi-container' / 'config.yaml'
+    with pytest.raises(O.OptinError) as info:
+        O.load(str(path))
+    message = str(info.value)
+    assert str(project / '.pi-container') in message and 'is a symlink' in message
+    assert 'Fix: replace the symlink with a real folder' in message and 'Nothing was created.' in message
+    assert os.listdir(str(elsewhere)) == []
+
+
+def test_load_does_not_read_through_a_symlinked_folder(tmp_path):
+    project = tmp_path / 'project'
+    project.mkdir()
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    (elsewhere / 'config.yaml').write_text('egress:\n  allow:\n    ssh: true\n')
+    (project / '.pi-container').symlink_to(elsewhere)
+    with pytest.raises(O.OptinError, match='is a symlink'):
+        O.load(str(project / '.pi-container' / 'config.yaml'))
+
+
+def test_load_refuses_a_fifo_without_waiting_on_it(folder):
+    path = folder / 'config.yaml'
+    os.mkfifo(str(path))
+    with pytest.raises(O.OptinError, match='not a regular file') as info:
+        O.load(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_the_seed_leaves_no_temporary_file(folder):
+    O.load(str(folder / 'config.yaml'))
+    assert sorted(os.listdir(str(folder))) == ['config.yaml']
+    assert (folder / 'config.yaml').stat().st_mode & 0o777 == 0o644
+
+
+def test_load_without_seed_refuses_a_missing_file(folder):
+    with pytest.raises(O.OptinError, match='nothing to approve'):
+        O.load(str(folder / 'config.yaml'), seed=False)
+    assert os.listdir(str(folder)) == []
+
+
+# --- the digest, the lines, the diff, the refusal (pure) --------------------------------------------------
+
+
+def _policy(**keys):
+    return O.validate(allow(**keys), PATH)
+
+
+# (id, policy a, policy b, same digest?)
+DIGESTS = [
+    ('same', dict(ssh=['github.com']), dict(ssh=['github.com']), True),
+    ('host-order-opens-nothing-more', dict(ssh=['github.com', 'gitlab.com']), dict(ssh=['gitlab.com', 'github.com']),
+     True),
+    ('spelling-of-the-same-port', dict(ssh=['github.com']), dict(tcp_ports=[{'port': 22, 'hosts': ['github.com']}]),
+     True),
+    ('another-host', dict(ssh=['github.com']), dict(ssh=['gitlab.com']), False),
+    ('a-host-more', dict(ssh=['github.com']), dict(ssh=['github.com', 'gitlab.com']), False),
+    ('list-to-any', dict(ssh=['github.com']), dict(ssh=True), False),
+    ('a-port-more', dict(ssh=True), dict(ssh=True, tcp_ports=[8443]), False),
+    ('tcp-is-not-udp', dict(tcp_ports=[123]), dict(udp_ports=[123]), False),
+]
+
+
+@pytest.mark.parametrize('a, b, same', [row[1:] for row in DIGESTS], ids=[row[0] for row in DIGESTS])
+def test_the_digest_is_of_what_opens(a, b, same):
+    da, db = O.digest(_policy(**a)), O.digest(_policy(**b))
+    assert da.startswith('sha256:') and len(da) == len('sha256:') + 64
+    assert (da == db) is same
+
+
+def test_the_digest_ignores_the_other_tools_keys():
+    a = O.validate({'egress': {'allow': {'ssh': True}}, 'image': 'x:1'}, PATH)
+    b = O.validate({'egress': {'allow': {'ssh': True}}, 'nested_containers': {'enabled': True}}, PATH)
+    assert O.digest(a) == O.digest(b)
+
+
+# (id, policy, opens anything?)
+OPENS = [
+    ('seed', yaml.safe_load(O.SEED), False),
+    ('none', None, False),
+    ('all-false', allow(ssh=False, smtp=False, git=False, ntp=False, tcp_ports=[], udp_ports=[]), False),
+    ('ssh-host', allow(ssh=['github.com']), True),
+    ('ntp-true', allow(ntp=True), True),
+    ('a-udp-port', allow(udp_ports=[51820]), True),
+]
+
+
+@pytest.mark.parametrize('data, opens', [row[1:] for row in OPENS], ids=[row[0] for row in OPENS])
+def test_a_policy_that_opens_nothing_needs_no_approval(data, opens):
+    optins = O.validate(data, PATH)
+    assert O.opens_anything(optins) is opens
+    message = O.refusal(optins, None, '/opt/pi-dispatch/egress')
+    assert (message is not None) is opens
+
+
+def test_lines_sort_ports_numerically_and_hosts():
+    assert O.lines_of(_policy(ssh=['b.example.com', 'a.example.com'], tcp_ports=[8443, 2222], ntp=True)
+                      .as_config()) == [
+        'tcp/22 towards a.example.com, b.example.com', 'tcp/2222 towards any name the resolver answers',
+        'tcp/8443 towards any name the resolver answers', 'udp/123 towards any name the resolver answers']
+
+
+def _record(optins, when='2026-12-01T09:00:00Z'):
+    config = optins.as_config()
+    return dict(version=1, policy=PATH, digest=O.digest(optins), ports=config, opens=O.lines_of(config),
+                approved_at=when, approved_by='operator')
+
+
+def test_the_approved_policy_is_not_refused():
+    optins = _policy(ssh=['github.com'])
+    assert O.refusal(optins, _record(optins), '/d') is None
+    assert O.refusal(_policy(ssh=['github.com']), _record(optins), '/d') is None
+
+
+def test_a_never_approved_policy_is_refused_with_its_lines_and_the_command():
+    optins = _policy(tcp_ports=[{'port': 8443, 'hosts': ['attacker.example']}])
+    message = O.refusal(optins, None, '/opt/pi-dispatch/egress')
+    assert message.startswith(PATH + ' opens ports that were never approved')
+    assert '/opt/pi-dispatch/egress/optins-approved' in message
+    assert '    +tcp/8443 towards attacker.example' in message
+    command = ('python3 -m ansible_collections.pi_dispatch.egress.plugins.module_utils.jobnet_cli approve-optins '
+               '--project /srv/project --deploy-dir /opt/pi-dispatch/egress --digest %s' % O.digest(optins))
+    assert 'approve exactly this policy with: %s ; otherwise' % command in message
+    assert message.endswith('Nothing was created.')
+
+
+def test_a_changed_policy_is_refused_with_the_diff_against_the_approval():
+    approved = _policy(ssh=['github.com'])
+    now = _policy(ssh=['github.com'], tcp_ports=[{'port': 8443, 'hosts': ['attacker.example']}])
+    message = O.refusal(now, _record(approved), '/d')
+    assert 'changed since its opt-ins were approved on 2026-12-01T09:00:00Z' in message
+    assert '(approved %s, now %s)' % (O.digest(approved), O.digest(now)) in message
+    diff = [line.strip() for line in message.splitlines() if line.startswith('    ')]
+    assert diff == ['--- approved 2026-12-01T09:00:00Z', '+++ %s now' % PATH, 'tcp/22 towards github.com',
+                    '+tcp/8443 towards attacker.example']
+    assert '--digest %s' % O.digest(now) in message and 'git checkout' in message
+
+
+def test_a_narrowed_policy_still_needs_its_approval():
+    """Only the approved form takes effect; the diff shows what was taken away."""
+    approved = _policy(ssh=['github.com', 'gitlab.com'])
+    message = O.refusal(_policy(ssh=['github.com']), _record(approved), '/d')
+    assert '-tcp/22 towards github.com, gitlab.com' in message and '+tcp/22 towards github.com' in message
+
+
+def test_the_refusal_shows_the_policy_never_the_files_other_keys():
+    optins = O.validate({'egress': {'allow': {'ssh': True}}, 'secrets': {'token': 'sk-live-SECRET'}}, PATH)
+    message = O.refusal(optins, None, '/d')
+    assert 'sk-live-SECRET' not in message and 'secrets' not in message
+
+
+@pytest.mark.parametrize('path, where', [
+    ('/srv/p/.pi-container/config.yaml', '--project /srv/p'),
+    ('/srv/my project/.pi-container/config.yaml', "--project '/srv/my project'"),
+    ('/etc/pi/project-a.yaml', '--policy /etc/pi/project-a.yaml'),
+])
+def test_the_approve_command_names_the_project_quoted(path, where):
+    command = O.approve_command(path, '/opt/d d', 'sha256:ab')
+    assert command.endswith("approve-optins %s --deploy-dir '/opt/d d' --digest sha256:ab" % where)
+
+
+def test_the_approval_is_kept_per_policy_path_in_the_deployment_folder():
+    a = O.approval_path('/opt/d', '/srv/a/.pi-container/config.yaml')
+    assert a.startswith('/opt/d/optins-approved/') and a.endswith('.json')
+    assert a == O.approval_path('/opt/d', '/srv/a/./.pi-container//config.yaml')
+    assert a != O.approval_path('/opt/d', '/srv/b/.pi-container/config.yaml')
+
+
+# --- approve and check (the files) ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / 'project' / '.pi-container').mkdir(parents=True)
+    (tmp_path / 'deploy').mkdir()
+    return dict(policy=tmp_path / 'project' / '.pi-container' / 'config.yaml', deploy=str(tmp_path / 'deploy'))
+
+
+def test_approve_then_check_then_a_change_is_refused(project):
+    policy, deploy = project['policy'], project['deploy']
+    policy.write_text('egress:\n  allow:\n    ssh: [github.com]\n')
+    optins = O.load(str(policy))
+    with pytest.raises(O.OptinError, match='never approved'):
+        O.check_approved(optins, deploy)
+    shown = O.approve(str(policy), deploy, check_mode=True)
+    assert shown['changed'] is True and shown['approved_before'] is None
+    assert not os.path.exists(os.path.join(deploy, O.APPROVALS)), 'check mode approves nothing'
+    got = O.approve(str(policy), deploy, shown['digest'], now=0)
+    assert got['changed'] is True and got['opens'] == ['tcp/22 towards github.com']
+    record = json.loads(open(got['approval']).read())
+    assert record['digest'] == got['digest'] and record['approved_at'] == '1970-01-01T00:00:00Z'
+    assert record['policy'] == str(policy)
+    O.check_approved(O.load(str(policy)), deploy)
+    assert O.approve(str(policy), deploy, got['digest'])['changed'] is False
+    # a job adds a port
+    policy.write_text('egress:\n  allow:\n    ssh: [github.com]\n    tcp_ports: [8443]\n')
+    with pytest.raises(O.OptinError) as info:
+        O.check_approved(O.load(str(policy)), deploy)
+    assert 'changed since' in str(info.value) and '+tcp/8443 towards any name' in str(info.value)
+    # a comment, another tool's key, the order of the names: the same policy
+    policy.write_text('# mine\nimage: x\negress:\n  allow:\n    ssh: [github.com]\n')
+    O.check_approved(O.load(str(policy)), deploy)
+
+
+def test_approve_refuses_a_digest_other_than_the_policy_now(project):
+    """The file changed between the operator's review and the approval: nothing is approved."""
+    policy, deploy = project['policy'], project['deploy']
+    policy.write_text('egress:\n  allow:\n    ssh: [github.com]\n')
+    reviewed = O.approve(str(policy), deploy, check_mode=True)['digest']
+    policy.write_text('egress:\n  allow:\n    ssh: true\n')
+    with pytest.raises(O.OptinError) as info:
+        O.approve(str(policy), deploy, reviewed)
+    message = str(info.value)
+    assert 'changed since it was reviewed' in message and reviewed in message and 'tcp/22 towards any name' in message
+    assert 'Nothing was approved.' in message
+    assert not os.path.exists(os.path.join(deploy, O.APPROVALS))
+
+
+def test_approve_needs_the_digest(project):
+    project['policy'].write_text('egress:\n  allow:\n    git: true\n')
+    with pytest.raises(O.OptinError, match='--digest sha256:'):
+        O.approve(str(project['policy']), project['deploy'])
+
+
+@pytest.mark.parametrize('deploy, fragment', [('relative/dir', 'not absolute'),
+                                              ('/nonexistent/pi-42', 'does not exist')])
+def test_approve_refuses_a_bad_deployment_folder(project, deploy, fragment):
+    project['policy'].write_text('egress:\n  allow:\n    git: true\n')
+    with pytest.raises(O.OptinError, match=fragment):
+        O.approve(str(project['policy']), deploy, check_mode=True)
+
+
+def test_a_deny_all_policy_needs_no_deployment_folder_at_all(folder):
+    O.check_approved(O.load(str(folder / 'config.yaml')), '/nonexistent/pi-42')
+
+
+def test_an_edited_approval_is_refused(project):
+    policy, deploy = project['policy'], project['deploy']
+    policy.write_text('egress:\n  allow:\n    ssh: [github.com]\n')
+    got = O.approve(str(policy), deploy, O.digest(O.load(str(policy))))
+    record = json.loads(open(got['approval']).read())
+    record['ports']['tcp']['8443'] = True  # widened by hand, digest kept
+    with open(got['approval'], 'w') as handle:
+        json.dump(record, handle)
+    policy.write_text('egress:\n  allow:\n    ssh: [github.com]\n    tcp_ports: [8443]\n')
+    with pytest.raises(O.OptinError, match='not a valid approval') as info:
+        O.check_approved(O.load(str(policy)), deploy)
+    assert got['approval'] in str(info.value)
+
+
+def test_a_symlinked_approval_is_not_followed(project, tmp_path):
+    policy, deploy = project['policy'], project['deploy']
+    policy.write_text('egress:\n  allow:\n    ssh: [github.com]\n')
+    optins = O.load(str(policy))
+    forged = tmp_path / 'forged.json'
+    config = optins.as_config()
+    forged.write_text(json.dumps(dict(version=1, policy=str(policy), digest=O.digest(optins), ports=config,
+                                      opens=O.lines_of(config), approved_at='x', approved_by='y')))
+    record = O.approval_path(deploy, str(policy))
+    os.makedirs(os.path.dirname(record))
+    os.symlink(str(forged), record)
+    with pytest.raises(O.OptinError, match='is a symlink'):
+        O.check_approved(optins, deploy)
+
+
+class _NoDaemon(object):
+    def __getattr__(self, name):
+        raise AssertionError('the daemon was asked (%s) before the policy was judged' % name)
+
+
+@pytest.mark.parametrize('check_mode', [False, True])
+def test_create_refuses_an_unapproved_policy_before_the_daemon_is_asked(project, check_mode):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
+    project['policy'].write_text('egress:\n  allow:\n    tcp_ports: [{port: 8443, hosts: [attacker.example]}]\n')
+    with pytest.raises(jn.JobNetError) as info:
+        jn.create_job_network(_NoDaemon(), 'job-1', mode=jn.TRANSPARENT, project_policy=str(project['policy']),
+                              deploy_dir=project['deploy'], check_mode=check_mode)
+    assert 'never approved' in str(info.value) and '--deploy-dir %s' % project['deploy'] in str(info.value)
+
+
+def test_create_looks_for_approvals_in_credentials_dir_when_no_deploy_dir_is_given(project):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
+    project['policy'].write_text('egress:\n  allow:\n    ssh: true\n')
+    with pytest.raises(jn.JobNetError) as info:
+        jn.create_job_network(_NoDaemon(), 'job-1', mode=jn.TRANSPARENT, project_policy=str(project['policy']),
+                              credentials_dir=project['deploy'])
+    assert '--deploy-dir %s' % project['deploy'] in str(info.value)
+    with pytest.raises(jn.JobNetError) as info:
+        jn.create_job_network(_NoDaemon(), 'job-1', mode=jn.TRANSPARENT, project_policy=str(project['policy']))
+    assert '--deploy-dir /opt/pi-dispatch/egress' in str(info.value)
