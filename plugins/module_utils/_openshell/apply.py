@@ -157,7 +157,11 @@ class PolicyRun(object):
                                  'created' % path)
             return _optins.deny_all(path)
         try:
-            return _optins.load(path)
+            optins = _optins.load(path)
+            # A job of the project can write the file: what it opens takes effect only as the operator approved
+            # it into the deployment folder (docs/transparent.md, "Approving a project's opt-ins").
+            _optins.check_approved(optins, self.layout.deploy_dir)
+            return optins
         except _optins.OptinError as exc:
             raise PolicyFailed('%s %s' % (str(exc).replace(' Nothing was created.', ''), NOTHING_WRITTEN))
 

@@ -134,10 +134,33 @@ def project(tmp_path):
     return folder, tmp_path / 'project' / '.pi-container' / 'config.yaml'
 
 
+def approve(policy, folder):
+    """What the operator does after reading the refusal: review (check mode), then approve that digest."""
+    review = _optins.approve(str(policy), str(folder), None, check_mode=True)
+    _optins.approve(str(policy), str(folder), review['digest'])
+
+
+@needs_schema
+def test_an_unapproved_project_policy_is_refused_and_nothing_is_written(project, tmp_path, run_module):
+    """A job of the project can write the file: on the OpenShell venue too, what it opens takes effect only as
+    the operator approved it (issue 42, item 10)."""
+    folder, policy = project
+    dest = tmp_path / 'out.yaml'
+    policy.write_text('egress:\n  allow:\n    ssh: [gitlab.example.com]\n')
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=str(policy), dest=str(dest)))
+    assert kind == 'fail' and 'approve-optins' in result['msg'] and str(policy) in result['msg'], result['msg']
+    assert 'nothing was' in result['msg'].lower() and not dest.exists()
+    approve(policy, folder)
+    policy.write_text('egress:\n  allow:\n    ssh: [gitlab.example.com, attacker.example.com]\n')
+    kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=str(policy), dest=str(dest)))
+    assert kind == 'fail' and 'attacker.example.com' in result['msg'] and not dest.exists(), result['msg']
+
+
 @needs_schema
 def test_the_module_renders_the_projects_opt_ins(project, run_module):
     folder, policy = project
     policy.write_text('egress:\n  allow:\n    ssh: [gitlab.example.com]\n    ntp: false\n')
+    approve(policy, folder)
     kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=str(policy)))
     assert kind == 'exit', result
     assert result['policy']['network_policies']['optin_tcp_22']['endpoints'] == [
@@ -176,6 +199,7 @@ def test_a_bad_project_policy_is_refused_naming_it_and_nothing_is_written(projec
         policy.write_text('egress: [unclosed\n')
     else:
         policy.write_text('egress:\n  allow:\n    udp_ports: [51820]\n')
+        approve(policy, folder)
     kind, result = run_module(_module.main, dict(deploy_dir=str(folder), project_policy=path, dest=str(dest)))
     assert kind == 'fail' and words in result['msg'], result['msg']
     assert 'nothing was' in result['msg'].lower() and 'written' in result['msg'] and not dest.exists()
@@ -188,6 +212,7 @@ def test_a_bad_project_policy_is_refused_naming_it_and_nothing_is_written(projec
 def test_the_doctor_renders_the_projects_opt_ins(project, deployed_with_optins, status):
     folder, policy = project
     policy.write_text('egress:\n  allow:\n    ssh: [gitlab.example.com]\n')
+    approve(policy, folder)
     params = _openshell.render_params(None, None, str(policy) if deployed_with_optins else None)
     params.update(dest=str(folder / 'openshell-policy.yaml'))
     _apply.PolicyRun(params, _deployment.Layout(str(folder))).run()
