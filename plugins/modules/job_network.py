@@ -117,6 +117,15 @@ options:
       - Unset, no credential is handled (the job gets no placeholder).
     type: path
     version_added: 0.6.0
+  deploy_dir:
+    description:
+      - The deployment folder that keeps the operator's approvals of project opt-ins (C(optins-approved/);
+        docs/transparent.md, "Approving a project's opt-ins"). With I(mode=transparent), a I(project_policy) that
+        opens any port takes effect only as approved there; any other is refused, with the diff and the approving
+        command, and nothing is created.
+      - Unset, I(credentials_dir) when that is set, else C(/opt/pi-dispatch/egress).
+    type: path
+    version_added: 0.15.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -230,6 +239,7 @@ def main():
         project_policy=dict(type='path'),
         gateway_name=dict(type='str', default=_jobnet.GATEWAY_NAME),
         credentials_dir=dict(type='path'),
+        deploy_dir=dict(type='path'),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True)
     p = module.params
@@ -256,7 +266,7 @@ def main():
                 prefix=p['prefix'], routes=None if p['check_host_routes'] else [], no_proxy=p['no_proxy'],
                 check_mode=module.check_mode, shard_bound=p['shard_bound'], mode=p['mode'],
                 project_policy=p['project_policy'], gateway_name=p['gateway_name'],
-                credentials_dir=p['credentials_dir'])
+                credentials_dir=p['credentials_dir'], deploy_dir=p['deploy_dir'])
             result.update(changed=jobnet.changed, network_id=jobnet.network_id, subnet=jobnet.subnet,
                           proxy=jobnet.proxy, env=jobnet.env, run_args=jobnet.run_args(), actions=jobnet.actions,
                           mode=jobnet.mode, dns=jobnet.dns, ca_mounts=jobnet.ca_mounts)
