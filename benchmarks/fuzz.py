@@ -16,7 +16,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_FILES = sorted(glob.glob(os.path.join(ROOT, 'tests', 'unit', '**', 'test_*propert*.py'), recursive=True))
+DEFAULT_FILES = sorted(set(glob.glob(os.path.join(ROOT, 'tests', 'unit', '**', 'test_*propert*.py'), recursive=True)
+                           + glob.glob(os.path.join(ROOT, 'tests', 'unit', '**', 'test_*fuzz*.py'), recursive=True)))
 
 
 def main():

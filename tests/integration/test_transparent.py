@@ -50,7 +50,7 @@ class World(object):
 
     def run_job(self, key, job_id, policy=None):
         net = jn.create_job_network(self.client, job_id, proxy_name=self.env.proxy, mode='transparent',
-                                    project_policy=policy, gateway_name=self.gateway)
+                                    project_policy=policy, gateway_name=self.gateway, deploy_dir=self.env.deploy_dir)
         args = net.run_args()
         assert '--dns' in args and net.env == {}, net.as_dict()
         dns = args[args.index('--dns') + 1]
@@ -114,6 +114,9 @@ def tworld(egress_env, tmp_path_factory):
     opted = projects / 'b' / 'config.yaml'
     os.makedirs(str(opted.parent))
     opted.write_text('egress:\n  allow:\n    ssh: [git.forge.test]\n    ntp: true\n')
+    # the operator's consent to what it opens (issue 42 item 10): reviewed, then approved by its digest
+    review = tp.approve_optins(str(opted), deploy_dir=env.deploy_dir, check_mode=True)
+    tp.approve_optins(str(opted), digest=review['digest'], deploy_dir=env.deploy_dir)
     try:
         world.run_job('a', 'it27-a', world.seeded)
         world.run_job('b', 'it27-b', str(opted))
@@ -343,6 +346,156 @@ def test_the_doctor_proves_the_transparent_path(tworld, tmp_path):
     assert not [n for n in left if n.endswith('-t-net')], left
     probes = [c.name for c in tworld.client.containers.list(all=True)]
     assert not [name for name in probes if name.startswith('pi-dispatch-egress-probe-transparent-')], probes
+
+
+# --- issue 42: the gateway under hostile input -----------------------------------------------------
+
+ECH_CLIENT = r'''
+import socket, ssl, struct, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+i, o = ssl.MemoryBIO(), ssl.MemoryBIO()
+t = ctx.wrap_bio(i, o, server_hostname=sys.argv[1])
+try:
+    t.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+rec = o.read()
+body = rec[5:]
+if sys.argv[2] == "ech":  # an encrypted_client_hello extension (0xfe0d) appended to the extensions
+    ext = struct.pack(">HH", 0xfe0d, 8) + b"\x00\x00\x01\x00\x01\x07\x00\x00"
+    pos = 4 + 2 + 32
+    pos += 1 + body[pos]
+    pos += 2 + struct.unpack(">H", body[pos:pos + 2])[0]
+    pos += 1 + body[pos]
+    elen = struct.unpack(">H", body[pos:pos + 2])[0]
+    body = body[:pos] + struct.pack(">H", elen + len(ext)) + body[pos + 2:] + ext
+    body = body[:1] + struct.pack(">I", len(body) - 4)[1:] + body[4:]
+rec = rec[:3] + struct.pack(">H", len(body)) + body
+s = socket.create_connection((sys.argv[1], 443), timeout=5)
+s.sendall(rec)
+try:
+    data = s.recv(5)
+except Exception:
+    data = b""
+print("GOT %s" % data[:1].hex() if data else "NOTHING")
+'''
+
+
+def _gateway_exec(world, script, user='root', timeout=30):
+    container = world.client.containers.get(world.gateway)
+    rc, out = container.exec_run(['timeout', str(timeout), 'sh', '-c', script], user=user)
+    return rc, (out or b'').decode('utf-8', 'replace')
+
+
+def _refused(world, key, deadline=5.0):
+    """The gateway's refusal counters once ``key`` is counted (they are written at most once a second)."""
+    end = time.monotonic() + deadline
+    while True:
+        counts = tp.counters(world.client, world.gateway)['refused']
+        if counts.get(key) or time.monotonic() > end:
+            return counts
+        time.sleep(0.3)
+
+
+def _write_in_place(path, data):
+    with open(path, 'r+b') as handle:  # the inode kept, as the collection writes it (the file is bind-mounted)
+        handle.truncate(0)
+        handle.write(data)
+
+
+def test_an_empty_or_partial_guard_refuses_every_opt_in_connection(tworld):
+    """Item 7: the guard file caught empty or half-written refuses the opt-in relays (they bypass squid)."""
+    path = os.path.join(tworld.env.deploy_dir, 'egress-guard.conf')
+    with open(path, 'rb') as handle:
+        saved = handle.read()
+    # the names' gateway addresses, answered while the guard reads whole: the relays are reached by address
+    rc, out = tworld.sh('b', 'getent hosts git.forge.test; getent hosts ntp.forge.test')
+    git, ntp = out.split()[0], out.split()[2]
+    tcp = 'nc -w 3 %s 22 </dev/null; echo "rc=$?"' % git
+    udp = 'python3 -c %s %s 123' % (_quote(UDP_CLIENT), ntp)
+    rc, out = tworld.sh('b', tcp)
+    assert 'SSH-2.0-pi-fake-sshd-22' in out, out                   # the control: opted in, guard read
+    rc, out = tworld.sh('b', udp)
+    assert 'pi-fake-udp-123:ping' in out, out
+    cut = saved.index(b'acl pi_guard dst') + saved[saved.index(b'acl pi_guard dst'):].index(b'\n') + 1
+    try:
+        for what, data in (('empty', b''), ('partial', saved[:cut])):
+            _write_in_place(path, data)
+            rc, out = tworld.sh('b', tcp)
+            assert 'SSH-2.0' not in out, '%s guard: %s\n%s' % (what, out, tworld.gw_log())
+            rc, out = tworld.sh('b', udp)
+            assert 'pi-fake-udp-123' not in out, '%s guard: %s\n%s' % (what, out, tworld.gw_log())
+            rc, out = tworld.sh('b', 'getent hosts git.forge.test; echo "rc=$?"')
+            assert 'rc=2' in out, '%s guard: %s' % (what, out)          # covered names: NXDOMAIN meanwhile
+        network = tworld.jobs['b'].network
+        assert _refused(tworld, '%s tcp-22-guard-unreadable' % network).get('%s tcp-22-guard-unreadable' % network)
+        assert _refused(tworld, '%s udp-123-guard-unreadable' % network).get('%s udp-123-guard-unreadable' % network)
+    finally:
+        _write_in_place(path, saved)
+    rc, out = tworld.sh('b', tcp)
+    assert 'SSH-2.0-pi-fake-sshd-22' in out, out + tworld.gw_log()  # read again: served again
+
+
+def test_root_follows_no_link_that_pigw_plants(tworld):
+    """Item 6: the root commands (apply, counters) never follow a link or open a FIFO that user pigw planted in
+    /var/lib/pi-gateway (the folder pigw writes)."""
+    rc, out = _gateway_exec(tworld, 'umask 077; printf keep > /root/it42-target; '
+                                    'printf \'{"it42": "root-only"}\' > /root/it42-secret.json')
+    assert rc == 0, out
+    try:
+        rc, out = _gateway_exec(tworld, 'cd /var/lib/pi-gateway && ln -sfn /root/it42-target generation.tmp && '
+                                        'ln -sfn /root/it42-secret.json stats.json && ls -l', user='pigw')
+        assert rc == 0 and 'generation.tmp -> /root/it42-target' in out, out
+        rc, out = _gateway_exec(tworld, 'python3 /usr/lib/pi-dispatch/gatewayd counters')
+        assert rc == 0 and 'root-only' not in out, out
+        rc, out = _gateway_exec(tworld, 'python3 /usr/lib/pi-dispatch/gatewayd apply')
+        assert rc == 0, out
+        rc, out = _gateway_exec(tworld, 'stat -c "%a %s" /root/it42-target; cat /root/it42-target')
+        assert out.split() == ['600', '4', 'keep'], out
+        # a FIFO where root reads: never waited on
+        rc, out = _gateway_exec(tworld, 'cd /var/lib/pi-gateway && rm -f stats.json && mkfifo stats.json',
+                                user='pigw')
+        assert rc == 0, out
+        rc, out = _gateway_exec(tworld, 'python3 /usr/lib/pi-dispatch/gatewayd counters; echo "rc=$?"', timeout=15)
+        assert 'rc=0' in out and '"refused"' in out, out
+    finally:
+        _gateway_exec(tworld, 'rm -f /root/it42-target /root/it42-secret.json; cd /var/lib/pi-gateway && '
+                              'for f in generation.tmp stats.json; do [ -L $f ] || [ -p $f ] && rm -f $f; done; true')
+    assert tp.counters(tworld.client, tworld.gateway)['networks']
+
+
+def test_a_covered_name_is_never_asked_under_a_search_domain(tworld):
+    """Item 8: a covered name that does not exist is asked as itself only, never under the gateway's search
+    domain (squid's lookups never use the search list)."""
+    rc, out = _gateway_exec(tworld, 'cp /etc/resolv.conf /tmp/it42-resolv && '
+                                    'echo "search it42search.test" >> /etc/resolv.conf && cat /etc/resolv.conf')
+    assert rc == 0 and 'it42search.test' in out, out
+    try:
+        name = 'srch%s.forge.test' % UNIQUE
+        rc, out = tworld.sh('a', 'getent hosts %s; echo "rc=$?"' % name)
+        assert 'rc=2' in out, out
+        deadline = time.monotonic() + 5
+        while name not in tworld.dns_log() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        log = tworld.dns_log()
+        assert 'dns query %s from' % name in log, log[-2000:]
+        assert 'it42search' not in log, log[-2000:]
+    finally:
+        _gateway_exec(tworld, 'cat /tmp/it42-resolv > /etc/resolv.conf; rm -f /tmp/it42-resolv')
+
+
+def test_a_client_hello_with_ech_is_refused(tworld):
+    """Item 9: a ClientHello that carries encrypted_client_hello (0xfe0d) is refused (reason ech): only its
+    outer name could be judged."""
+    rc, out = tworld.sh('a', 'python3 -c %s api.provider.test plain' % _quote(ECH_CLIENT))
+    assert 'GOT 16' in out, out + tworld.gw_log()                  # the control: the server's handshake came back
+    rc, out = tworld.sh('a', 'python3 -c %s api.provider.test ech' % _quote(ECH_CLIENT))
+    assert 'NOTHING' in out, out + tworld.gw_log()
+    key = '%s tls-ech' % tworld.jobs['a'].network
+    counts = _refused(tworld, key)
+    assert counts.get(key), counts
 
 
 def _quote(text):

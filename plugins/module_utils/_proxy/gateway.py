@@ -29,6 +29,9 @@ LABEL_PROXY = 'io.pi-dispatch.egress.gateway-of'
 # pigw; KILL: the root commands signal pid 1 (pigw). The resolver and relays hold none of them.
 CAPS = ['NET_ADMIN', 'SETUID', 'SETGID', 'SETPCAP', 'KILL']
 GATEWAYD = '/usr/lib/pi-dispatch/gatewayd'
+# Open files of the gateway (its listeners, and two per relayed connection: 256 per job at most): bounded as
+# the proxy's are, so a flood of opted-in ports or connections cannot take the host's descriptors.
+NOFILE = 16384
 NETS_DIR = '/var/lib/pi-gateway/nets'
 # What the gateway reads of the deployment folder, and where.
 MOUNTS = (
@@ -56,7 +59,8 @@ def desired(deploy_dir: str, upstream_network: str, proxy_name: str, image: str 
         labels={LABEL_ROLE: ROLE, LABEL_PROXY: proxy_name},
         cap_drop=['ALL'], cap_add=list(CAPS), security_opt=['no-new-privileges'],
         sysctls={'net.ipv4.ip_forward': '0', 'net.ipv4.conf.all.forwarding': '0'},
-        restart_policy={'Name': 'unless-stopped'}, pids_limit=256, mem_limit='256m')
+        restart_policy={'Name': 'unless-stopped'}, pids_limit=256, mem_limit='256m',
+        ulimits=[dict(name='nofile', soft=NOFILE, hard=NOFILE)])
 
 
 def _inspect(client: Any, name: str) -> Optional[Dict[str, Any]]:
@@ -85,6 +89,10 @@ def differences(spec: Dict[str, Any], attrs: Dict[str, Any], image_id: Optional[
     host = attrs.get('HostConfig') or {}
     if sorted(host.get('CapAdd') or []) != sorted(spec['cap_add']):
         out.append('capabilities %s, wanted %s' % (sorted(host.get('CapAdd') or []), sorted(spec['cap_add'])))
+    have_ulimits = sorted((u.get('Name'), u.get('Soft'), u.get('Hard')) for u in host.get('Ulimits') or [])
+    want_ulimits = sorted((u['name'], u['soft'], u['hard']) for u in spec.get('ulimits') or [])
+    if have_ulimits != want_ulimits:
+        out.append('ulimits %s, wanted %s' % (have_ulimits, want_ulimits))
     have = sorted('%s:%s' % (m.get('Source') if m.get('Type') == 'bind' else m.get('Name'), m.get('Destination'))
                   for m in attrs.get('Mounts') or [])
     want = sorted('%s:%s' % (src, b['bind']) for src, b in spec['binds'].items())
@@ -146,7 +154,8 @@ def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False, allow_cu
         host_config = api.create_host_config(
             binds=spec['binds'], network_mode=spec['network'], cap_drop=spec['cap_drop'], cap_add=spec['cap_add'],
             security_opt=spec['security_opt'], sysctls=spec['sysctls'], restart_policy=spec['restart_policy'],
-            pids_limit=spec['pids_limit'], mem_limit=spec['mem_limit'], dns=spec['dns'] or None)
+            pids_limit=spec['pids_limit'], mem_limit=spec['mem_limit'], dns=spec['dns'] or None,
+            ulimits=spec.get('ulimits') or None)
         try:
             api.create_container(spec['image'], name=spec['name'], labels=spec['labels'], host_config=host_config,
                                  detach=True)

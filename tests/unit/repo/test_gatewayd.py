@@ -6,12 +6,14 @@ a job network's opt-ins) the input is built with the collection's own functions,
 checked against the collection's own semantics.
 """
 
+import asyncio
 import importlib.machinery
 import importlib.util
 import ipaddress
 import json
 import os
 import random
+import socket
 import ssl
 import struct
 
@@ -412,7 +414,7 @@ def test_client_hello_sni_truncated_inside_the_name(cut):
 # into 'CONNECT <sni>:443' to the egress proxy, so anything else would let a job inject headers or requests
 # into what the gateway sends to squid. (Found by these tests in the first gatewayd.)
 @pytest.mark.parametrize('name', [b'a.test\r\nX: yy.zz', b'evil.tests:22222', b'a b.example.test',
-                                  b'a.test\x00.evil.zzz'])
+                                  b'a.test\x00.evil.zzz', b'api.example.tes\n', b'api.example.te\r\n'])
 def test_client_hello_sni_refuses_a_name_that_is_not_a_host_name(name):
     assert len(name) == len(b'api.example.test')
     assert GW.client_hello_sni(HELLO.replace(b'api.example.test', name)) is None
@@ -468,6 +470,13 @@ def test_absolute_request(data, expected):
     head('GET /x HTTP/1.1', 'Host: evil.test\\api.example.test'),
     head('GET /x HTTP/1.1', 'Host: evil.test api.example.test'),
     b'',
+    # issue 42 (found by the property tests): a value str.strip() would clean (NEL, NBSP), a field name that is
+    # not a token ('Host :', 'Host\x85:'): another parser reads these otherwise
+    head('GET /x HTTP/1.1', 'Host: \x85api.example.test'),
+    head('GET /x HTTP/1.1', 'Host: api.example.test\xa0'),
+    head('GET /x HTTP/1.1', 'Host : api.example.test'),
+    head('GET /x HTTP/1.1', 'Host\x85: api.example.test'),
+    head('GET /x HTTP/1.1', 'Host: api.example.test', 'X Y: z'),
 ])
 def test_absolute_request_refuses(data):
     assert GW.absolute_request(data) is None
@@ -635,3 +644,342 @@ def test_the_collection_names_the_chains_as_the_gateway_does(subnet):
     from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent
     net = GW.Net(dict(network='n', subnet=subnet, gateway=subnet.split('/')[0], vrange=subnet, proxy='10.0.0.1'))
     assert GW.chain_of(net) == transparent.chain_name(subnet)
+
+
+# --- issue 42 item 7: the guard never fails open -------------------------------------------------
+
+GUARD_TEXT = G.default_render()
+
+
+def test_a_rendered_guard_ends_with_the_client_bound():
+    """The gateway takes a guard as whole only when its last line (the client bound, rendered after every
+    'acl pi_guard dst' line) is there: the collection renders it last."""
+    assert GUARD_TEXT.splitlines()[-1].startswith('acl pi_client_conns maxconn ')
+    assert GW.complete_guard(GUARD_TEXT) == G.acl_networks(GUARD_TEXT)
+
+
+def test_every_prefix_of_the_guard_is_refused():
+    """The collection writes the guard in place (truncate, then write): a reader between the two, or during
+    the write, reads a prefix. Every prefix is refused whole, never read as a smaller guard."""
+    for cut in range(len(GUARD_TEXT)):
+        assert GW.complete_guard(GUARD_TEXT[:cut]) is None, cut
+    assert GW.complete_guard(GUARD_TEXT)
+
+
+@pytest.mark.parametrize('text', ['', '\n', 'acl pi_client_conns maxconn 256\n',
+                                  '# only comments\nacl pi_client_conns maxconn 256\n',
+                                  'acl pi_guard dst 10.0.0.0/8\n',
+                                  'acl pi_client_conns maxconn 256\nacl pi_guard dst 10.0.0.0/8\n'])
+def test_a_guard_without_ranges_or_without_its_last_line_is_refused(text):
+    assert GW.complete_guard(text) is None
+
+
+@pytest.fixture
+def deployment_files(tmp_path, monkeypatch):
+    paths = dict(ALLOWLIST=tmp_path / 'allowlist', ENDPOINTS=tmp_path / 'endpoints', GUARD=tmp_path / 'guard')
+    for key, path in paths.items():
+        monkeypatch.setattr(GW, key, str(path))
+    paths['ALLOWLIST'].write_text('.forge.test\n')
+    paths['ENDPOINTS'].write_text(_declaration())
+    return paths
+
+
+@pytest.mark.parametrize('state', ['empty', 'partial', 'missing', 'a-directory'])
+def test_an_unreadable_or_empty_guard_guards_every_address(deployment_files, state):
+    guard = deployment_files['GUARD']
+    guard.write_text(GUARD_TEXT)
+    files = GW.Files()
+    files.refresh()
+    assert files.guard == G.acl_networks(GUARD_TEXT)
+    if state == 'empty':
+        guard.write_text('')
+    elif state == 'partial':
+        guard.write_text(GUARD_TEXT[:GUARD_TEXT.index('acl pi_client_conns')])
+    elif state == 'missing':
+        guard.unlink()
+    else:
+        guard.unlink()
+        guard.mkdir()
+    files.refresh()
+    assert files.guard is None
+    gateway = GW.Gateway()
+    gateway.files = files
+    assert gateway.guarded('140.82.112.3') and gateway.guarded('2606:4700::1111')
+    # read again as soon as it is whole again
+    if state == 'a-directory':
+        guard.rmdir()
+    guard.write_text(GUARD_TEXT)
+    files.refresh()
+    assert files.guard == G.acl_networks(GUARD_TEXT)
+    assert not gateway.guarded('140.82.112.3')
+
+
+# --- issue 42 item 6: root follows no link pigw plants --------------------------------------------
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    folder = tmp_path / 'pi-gateway'
+    folder.mkdir()
+    monkeypatch.setattr(GW, 'STATS', str(folder / 'stats.json'))
+    monkeypatch.setattr(GW, 'WANTED', str(folder / 'generation'))
+    monkeypatch.setattr(GW, 'LOADED', str(folder / 'loaded'))
+    monkeypatch.setattr(GW, 'NETS', str(tmp_path / 'nets'))
+    (tmp_path / 'nets').mkdir()
+    secret = tmp_path / 'root-only.json'
+    secret.write_text('{"root": "only"}')
+    secret.chmod(0o600)
+    return folder, secret
+
+
+def test_counters_never_read_a_planted_link(state_dir, monkeypatch, capsys):
+    folder, secret = state_dir
+    os.symlink(str(secret), str(folder / 'stats.json'))
+    monkeypatch.setattr(GW, '_run', lambda argv, data=None: '')
+    GW.counters()
+    out = json.loads(capsys.readouterr().out)
+    assert out['refused'] == {}
+
+
+def test_counters_never_wait_on_a_planted_fifo(state_dir, monkeypatch, capsys):
+    folder, _secret = state_dir
+    os.mkfifo(str(folder / 'stats.json'))
+    monkeypatch.setattr(GW, '_run', lambda argv, data=None: '')
+    GW.counters()  # an open() that waits for a writer would hang here
+    assert json.loads(capsys.readouterr().out)['refused'] == {}
+
+
+def test_counters_read_what_serve_wrote(state_dir, monkeypatch, capsys):
+    folder, _secret = state_dir
+    (folder / 'stats.json').write_text('{"n dns-nxdomain": 3}')
+    monkeypatch.setattr(GW, '_run', lambda argv, data=None: '')
+    GW.counters()
+    assert json.loads(capsys.readouterr().out)['refused'] == {'n dns-nxdomain': 3}
+
+
+@pytest.mark.parametrize('planted', ['symlink', 'regular-file', 'fifo'])
+def test_reload_serve_writes_through_no_planted_file(state_dir, monkeypatch, planted):
+    folder, secret = state_dir
+    tmp = folder / 'generation.tmp'
+    if planted == 'symlink':
+        os.symlink(str(secret), str(tmp))
+    elif planted == 'regular-file':
+        tmp.write_text('planted')
+    else:
+        os.mkfifo(str(tmp))
+    signals = []
+    monkeypatch.setattr(GW.os, 'kill', lambda pid, sig: signals.append((pid, sig)))
+    with pytest.raises(SystemExit) as caught:  # nobody answers: the deadline passes
+        GW.reload_serve(deadline=0.1)
+    assert 'did not take the new networks' in str(caught.value)
+    assert signals and secret.read_text() == '{"root": "only"}' and (secret.stat().st_mode & 0o777) == 0o600
+    wanted = folder / 'generation'
+    assert not wanted.is_symlink() and wanted.read_text().isdigit() and (wanted.stat().st_mode & 0o777) == 0o644
+
+
+def test_reload_serve_never_waits_on_a_planted_fifo(state_dir, monkeypatch):
+    folder, _secret = state_dir
+    os.mkfifo(str(folder / 'loaded'))
+    monkeypatch.setattr(GW.os, 'kill', lambda pid, sig: None)
+    with pytest.raises(SystemExit):
+        GW.reload_serve(deadline=0.1)
+
+
+@pytest.mark.parametrize('kind', ['symlink', 'fifo', 'directory', 'hard-link', 'too-large'])
+def test_read_private_refuses_what_is_not_a_plain_file(tmp_path, kind):
+    path = tmp_path / 'f'
+    secret = tmp_path / 'secret'
+    secret.write_text('{"a": 1}')
+    if kind == 'symlink':
+        os.symlink(str(secret), str(path))
+    elif kind == 'fifo':
+        os.mkfifo(str(path))
+    elif kind == 'directory':
+        path.mkdir()
+    elif kind == 'hard-link':
+        os.link(str(secret), str(path))
+    else:
+        path.write_bytes(b'0' * (GW.PRIVATE_READ_LIMIT + 1))
+    assert GW.read_private(str(path)) is None
+    path2 = tmp_path / 'g'
+    path2.write_text('{"a": 1}')
+    assert GW.read_private(str(path2)) == '{"a": 1}'
+
+
+# --- issue 42 item 9: encrypted_client_hello ---------------------------------------------------------
+
+def _hello_extensions(body):
+    """(offset of the extensions' length, the extensions) of a ClientHello body."""
+    pos = 4 + 2 + 32
+    pos += 1 + body[pos]
+    pos += 2 + struct.unpack('>H', body[pos:pos + 2])[0]
+    pos += 1 + body[pos]
+    return pos, body[pos + 2:]
+
+
+def with_extension(body, etype, data=b'\x00\x00\x01\x00\x01\x07\x00\x00', first=False):
+    """``body`` with one more extension (first or last), every length fixed."""
+    pos, exts = _hello_extensions(body)
+    ext = struct.pack('>HH', etype, len(data)) + data
+    exts = ext + exts if first else exts + ext
+    out = body[:pos] + struct.pack('>H', len(exts)) + exts
+    return out[:1] + struct.pack('>I', len(out) - 4)[1:] + out[4:]
+
+
+@pytest.mark.parametrize('first', [False, True], ids=['last', 'first'])
+@pytest.mark.parametrize('etype, reason', [(0xfe0d, 'ech'), (0xff02, None), (0x1234, None)])
+def test_client_hello_with_ech_is_refused(first, etype, reason):
+    body = with_extension(HELLO, etype, first=first)
+    if reason is None:
+        assert GW.client_hello_sni(body) == 'api.example.test'
+        assert GW.parse_client_hello(body) == ('api.example.test', None)
+    else:
+        assert GW.client_hello_sni(body) is None
+        assert GW.parse_client_hello(body) == (None, reason)
+
+
+def test_client_hello_with_ech_and_no_sni_is_refused_as_ech():
+    assert GW.parse_client_hello(with_extension(client_hello(None), 0xfe0d)) == (None, 'ech')
+
+
+def test_client_hello_with_two_server_names_is_refused():
+    sni = struct.pack('>HH', 0, 18) + struct.pack('>HBH', 16, 0, 13) + b'evil.example.'[:13]
+    body = with_extension(HELLO, 0, data=sni[4:])
+    assert GW.client_hello_sni(body) is None
+    assert GW.client_hello_sni(with_extension(HELLO, 0, data=sni[4:], first=True)) is None
+
+
+@pytest.mark.parametrize('body, reason', [
+    (HELLO, None),
+    (client_hello(None), 'no-sni'),
+    (b'\x02' + HELLO[1:], 'malformed'),
+    (HELLO[:-1], 'malformed'),
+    (HELLO + b'\x00', 'malformed'),                # bytes after the ClientHello
+])
+def test_parse_client_hello_reasons(body, reason):
+    name, why = GW.parse_client_hello(body)
+    assert why == reason and (name == 'api.example.test') is (reason is None)
+
+
+# --- issue 42 item 5: shared resources ----------------------------------------------------------------
+
+class _Loop(object):
+    def __init__(self):
+        self.later = []
+
+    def call_later(self, delay, callback):
+        self.later.append(callback)
+        return object()
+
+
+def test_a_flood_of_refusals_is_not_a_flood_of_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(GW, 'STATS', str(tmp_path / 'stats.json'))
+    writes = []
+    real = GW.os.replace
+    monkeypatch.setattr(GW.os, 'replace', lambda a, b: (writes.append(b), real(a, b))[1])
+    gateway = GW.Gateway()
+    gateway.loop = _Loop()
+    job = net()
+    for _i in range(1000):
+        gateway.count(job, 'dns-nxdomain')
+    stats = tmp_path / 'stats.json'
+    assert len(writes) == 1 and json.loads(stats.read_text()) == {'pi-job-1 dns-nxdomain': 1}  # the first at once
+    gateway.loop.later.pop(0)()                                 # the interval passes: the rest in one write
+    assert len(writes) == 2 and json.loads(stats.read_text()) == {'pi-job-1 dns-nxdomain': 1000}
+    gateway.loop.later.pop(0)()                                 # nothing new: nothing written, the timer stops
+    assert len(writes) == 2 and not gateway.loop.later
+    gateway.count(job, 'tls-ech')                               # quiet until now: at once again
+    assert len(writes) == 3 and json.loads(stats.read_text())['pi-job-1 tls-ech'] == 1
+
+
+class _PipeWriter(object):
+    def __init__(self):
+        self.data = b''
+        self.eof = False
+
+    def write(self, data):
+        self.data += data
+
+    async def drain(self):
+        return None
+
+    def write_eof(self):
+        self.eof = True
+
+
+def test_an_idle_relay_is_closed():
+    async def run():
+        a_r, b_r = asyncio.StreamReader(), asyncio.StreamReader()
+        a_w, b_w = _PipeWriter(), _PipeWriter()
+        await asyncio.wait_for(GW.splice(a_r, a_w, b_r, b_w, idle=0.2), 20)  # never returned before issue 42
+        return a_w.eof and b_w.eof
+    assert asyncio.run(run())
+
+
+def test_a_relay_moving_one_way_is_not_idle():
+    async def run():
+        a_r, b_r = asyncio.StreamReader(), asyncio.StreamReader()
+        a_w, b_w = _PipeWriter(), _PipeWriter()
+
+        async def download():
+            for n in range(8):
+                b_r.feed_data(b'%d' % n)
+                await asyncio.sleep(0.05)
+            b_r.feed_eof()
+            a_r.feed_eof()
+        await asyncio.wait_for(asyncio.gather(GW.splice(a_r, a_w, b_r, b_w, idle=2.0), download()), 20)
+        return a_w.data
+    assert asyncio.run(run()) == b'01234567'
+
+
+def test_one_job_holds_at_most_its_share_of_the_lookups(deployment_files):
+    """A job flooding covered names runs at most MAX_LOOKUPS_PER_JOB lookups at once; another job's lookup
+    gets a thread meanwhile."""
+    async def run():
+        release = asyncio.Event()
+        running = {}
+        most = {}
+
+        class Loop(object):
+            async def getaddrinfo(self, host, port, family=0, type=0):
+                job = host.split('.')[1]
+                running[job] = running.get(job, 0) + 1
+                most[job] = max(most.get(job, 0), running[job])
+                if job == 'flood':
+                    await release.wait()
+                running[job] -= 1
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, '', ('140.82.112.3', 0))]
+        gateway = GW.Gateway()
+        gateway.loop = Loop()
+        deployment_files['GUARD'].write_text(GUARD_TEXT)
+        flood, other = net(), net()
+        floods = [asyncio.ensure_future(gateway.resolve(flood, 'n%d.flood.test' % i)) for i in range(40)]
+        await asyncio.sleep(0)
+        answer = await asyncio.wait_for(gateway.resolve(other, 'a.other.test'), 10)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*floods), 10)
+        return answer, most
+    answer, most = asyncio.run(run())
+    assert answer == ['140.82.112.3']
+    assert most['flood'] == GW.MAX_LOOKUPS_PER_JOB and most['other'] == 1
+    assert GW.LOOKUP_THREADS >= 4 * GW.MAX_LOOKUPS_PER_JOB
+
+
+def test_a_lookup_reads_the_guard_again_once_it_is_whole(deployment_files):
+    """While the guard cannot be read whole, nothing is looked up; the first lookup after it is whole again
+    is served (found on the engine: a relay judged by the guard of the connection before)."""
+    asked = []
+
+    class Loop(object):
+        async def getaddrinfo(self, host, port, family=0, type=0):
+            asked.append(host)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, '', ('140.82.112.3', 0))]
+    gateway = GW.Gateway()
+    gateway.loop = Loop()
+    job = net()
+    deployment_files['GUARD'].write_text('')
+    assert asyncio.run(gateway.resolve(job, 'git.forge.test')) is None and asked == []
+    deployment_files['GUARD'].write_text(GUARD_TEXT)
+    assert asyncio.run(gateway.resolve(job, 'git.forge.test')) == ['140.82.112.3']
+    assert asked == ['git.forge.test.']  # an absolute name: never under a search domain
+    assert gateway.optin_refusal(job, ['140.82.112.3']) is None
+    assert gateway.optin_refusal(job, ['10.0.0.1']) == 'guarded'

@@ -21,15 +21,20 @@ def test_the_wanted_shape_holds_no_more_than_it_needs():
     assert all(src.startswith('/d/') for src in ro)  # the folder's own files only, never the whole folder
     assert s['binds']['pi-dispatch-egress-gateway-nets'] == dict(bind=G.NETS_DIR, mode='rw')
     assert s['labels'] == {G.LABEL_ROLE: 'gateway', G.LABEL_PROXY: 'proxy'} and s['network'] == 'up'
+    # bounded as the proxy is (issue 42 item 5): memory, processes, open files
+    assert s['mem_limit'] == '256m' and s['pids_limit'] == 256
+    assert s['ulimits'] == [dict(name='nofile', soft=G.NOFILE, hard=G.NOFILE)] and 1024 <= G.NOFILE <= 65536
 
 
-def attrs(image='sha256:a', caps=None, mounts=None, nets=None):
+def attrs(image='sha256:a', caps=None, mounts=None, nets=None, ulimits=None):
     s = spec()
     if mounts is None:
         mounts = [dict(Type='bind' if b['mode'] == 'ro' else 'volume', Source=src, Name=src,
                        Destination=b['bind']) for src, b in s['binds'].items()]
-    return dict(Image=image, HostConfig=dict(CapAdd=caps if caps is not None else list(G.CAPS)), Mounts=mounts,
-                NetworkSettings=dict(Networks=nets or {}))
+    if ulimits is None:
+        ulimits = [dict(Name='nofile', Soft=G.NOFILE, Hard=G.NOFILE)]
+    return dict(Image=image, HostConfig=dict(CapAdd=caps if caps is not None else list(G.CAPS), Ulimits=ulimits),
+                Mounts=mounts, NetworkSettings=dict(Networks=nets or {}))
 
 
 @pytest.mark.parametrize('case, got, image_id, expect', [
@@ -40,6 +45,9 @@ def attrs(image='sha256:a', caps=None, mounts=None, nets=None):
     ('a mount missing', attrs(mounts=[]), 'sha256:a', ['mounts']),
     ('image and mounts', attrs(mounts=[]), 'sha256:c', ['image', 'mounts']),
     ('image unknown: not compared', attrs(), None, []),
+    ('no open-files bound (made before issue 42)', attrs(ulimits=[]), 'sha256:a', ['ulimits']),
+    ('another open-files bound', attrs(ulimits=[dict(Name='nofile', Soft=1048576, Hard=1048576)]), 'sha256:a',
+     ['ulimits']),
 ])
 def test_differences(case, got, image_id, expect):
     diffs = G.differences(spec(), got, image_id)
