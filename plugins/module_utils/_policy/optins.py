@@ -61,6 +61,10 @@ PORT_LISTS = {'tcp_ports': 'tcp', 'udp_ports': 'udp'}
 # The gateway's own ports on a job network: they are always the resolver's and the proxy's.
 RESERVED = {'tcp': (53, 80, 443), 'udp': (53,)}
 MAX_BYTES = 65536
+# What one project may open (issue 42, item 5): the gateway opens one listener per TCP port and a set of
+# sockets per UDP port on each job network of the project, from one file-descriptor budget for all jobs.
+MAX_PORTS = {'tcp': 8, 'udp': 4}
+MAX_HOSTS = 32   # names per key
 
 Value = Union[bool, List[str]]
 
@@ -112,6 +116,9 @@ def _hosts(path: str, key: str, value: Any) -> List[str]:
     if not isinstance(value, list) or not value:
         raise _problem(path, key, value, 'is not a non-empty list of host names',
                        'write true, false, or a list such as [github.com]')
+    if len(value) > MAX_HOSTS:
+        raise OptinError('%s: egress.allow.%s lists %d names; a key names at most %d names. Fix: list only the hosts '
+                         'the project reaches on that port. Nothing was created.' % (path, key, len(value), MAX_HOSTS))
     out = []
     for item in value:
         if not isinstance(item, str):
@@ -201,6 +208,12 @@ def validate(data: Any, path: str) -> Optins:
         else:
             raise OptinError('%s: egress.allow.%s is not a known key. Fix: use ssh, smtp, git, ntp, tcp_ports or '
                              'udp_ports. Nothing was created.' % (path, key))
+    for proto in ('tcp', 'udp'):
+        if len(ports[proto]) > MAX_PORTS[proto]:
+            raise OptinError('%s: egress.allow opens %d %s ports (%s); a project opens at most %d. Fix: open only '
+                             'the ports the project uses (smtp alone is 3). Nothing was created.'
+                             % (path, len(ports[proto]), proto.upper(), ', '.join(str(p) for p in sorted(ports[proto])),
+                                MAX_PORTS[proto]))
     return Optins(ports, wide, path)
 
 

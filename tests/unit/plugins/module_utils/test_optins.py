@@ -136,7 +136,29 @@ REFUSED = [
      'non-empty list'),
     ('dict-hosts-ip', allow(tcp_ports=[{'port': 2222, 'hosts': ['198.51.100.7']}]),
      'egress.allow.tcp_ports.hosts', 'IP literal'),
+    # The gateway opens a listener per TCP port and sockets per UDP port on each job network: a project opens
+    # at most MAX_PORTS of each (issue 42, item 5), counted after the protocols are expanded.
+    ('tcp-ports-over-the-cap', allow(tcp_ports=list(range(2000, 2000 + O.MAX_PORTS['tcp'] + 1))),
+     'egress.allow', '%d TCP ports' % (O.MAX_PORTS['tcp'] + 1)),
+    ('tcp-cap-with-protocols', allow(smtp=True, ssh=True, git=True,
+                                     tcp_ports=list(range(2000, 2000 + O.MAX_PORTS['tcp'] - 4))),
+     'egress.allow', 'at most %d' % O.MAX_PORTS['tcp']),
+    ('udp-ports-over-the-cap', allow(udp_ports=list(range(5000, 5000 + O.MAX_PORTS['udp'] + 1))),
+     'egress.allow', '%d UDP ports' % (O.MAX_PORTS['udp'] + 1)),
+    ('hosts-over-the-cap', allow(ssh=['h%d.example.com' % i for i in range(O.MAX_HOSTS + 1)]),
+     'egress.allow.ssh', 'at most %d names' % O.MAX_HOSTS),
 ]
+
+
+def test_the_caps_are_reachable():
+    """Exactly the cap is accepted (the refusals above are one past it)."""
+    data = allow(tcp_ports=list(range(2000, 2000 + O.MAX_PORTS['tcp'])),
+                 udp_ports=list(range(5000, 5000 + O.MAX_PORTS['udp'])),
+                 ssh=None, git=['h%d.example.com' % i for i in range(O.MAX_HOSTS)])
+    data['egress']['allow'].pop('ssh')
+    data['egress']['allow']['tcp_ports'] = data['egress']['allow']['tcp_ports'][:-1]
+    optins = O.validate(data, PATH)
+    assert len(optins.ports['tcp']) == O.MAX_PORTS['tcp'] and len(optins.ports['udp']) == O.MAX_PORTS['udp']
 
 
 @pytest.mark.parametrize('data, key, fragment', [row[1:] for row in REFUSED], ids=[row[0] for row in REFUSED])
