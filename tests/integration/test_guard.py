@@ -21,9 +21,11 @@ import time
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
-from conftest import TUNNEL_SCRIPT, EgressEnv, SUFFIX, TOOLS_IMAGE, run_playbook, _remove_container, _remove_network
+from conftest import (TUNNEL_SCRIPT, EgressEnv, SUFFIX, TOOLS_IMAGE, run_playbook, tls_attempt, _remove_container,
+                      _remove_network)
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 
 pytestmark = pytest.mark.integration
 
@@ -202,6 +204,56 @@ def test_the_guard_names_what_it_refuses(world):
     assert world.addresses['up_gw'] in text        # the upstream gateway stays refused inside the opened range
     assert '10.47.0.0/16' in text                   # the job pool
     assert 'Guard: opened %s' % world.upstream_subnet in world.first_output
+
+
+def _decided(world, reason, seen, tries=20):
+    """The decision records of ``reason`` beyond the first ``seen``, waited for (bounded: 20 x 0.25 s)."""
+    found = []
+    for _attempt in range(tries):
+        records, _problems, _warnings = _decisions.read_records(os.path.join(world.deploy_dir, 'decisions'))
+        found = [r for r in records if r.get('reason') == reason][seen:]
+        if found:
+            return found
+        time.sleep(0.25)
+    return found
+
+
+def _count(world, reason):
+    records, _problems, _warnings = _decisions.read_records(os.path.join(world.deploy_dir, 'decisions'))
+    return len([r for r in records if r.get('reason') == reason])
+
+
+# Issue 42, item 12. squid 6.13 parses a CONNECT authority before any ACL sees it (%[^:]:%d): what its
+# parse leaves of these (a '[', an '@', a '_', an edge hyphen) is under the listed .forge.test, and
+# [[www.forge.test]]:1337 even becomes port 443. Each is refused before policy, reason "authority".
+# (u:p@www.forge.test:443 is read as host "u", which is not listed: refused as unlisted, measured.)
+MALFORMED_AUTHORITIES = [('[[www.forge.test]]:1337', 'authority'), ('[www.forge.test:443', 'authority'),
+                         ('u@www.forge.test:443', 'authority'), ('a_b.forge.test:443', 'authority'),
+                         ('-x.forge.test:443', 'authority'), ('x-.forge.test:443', 'authority'),
+                         ('u:p@www.forge.test:443', 'unlisted')]
+
+
+@pytest.mark.parametrize('target, reason', MALFORMED_AUTHORITIES)
+def test_a_malformed_connect_authority_is_refused_before_policy(world, target, reason):
+    seen = _count(world, reason)
+    result, reached = tls_attempt(world, CLIENT, target, 'www.forge.test')
+    assert (result['connect'] or '').startswith('HTTP/1.1 403') and not reached, result
+    decided = _decided(world, reason, seen)
+    assert [(r['verdict'], r['reason']) for r in decided] == [('refused', reason)], decided
+
+
+# What squid rewrites to the listed host:port itself (h:443:1, h:0443, h: and h all become h:443, measured)
+# no ACL can tell from the canonical form: every component after squid's parse (the rules, the TLS name
+# check, the decision log) reads the one canonical authority, so none reads it differently.
+@pytest.mark.parametrize('target', ['api.provider.test:443:1', 'api.provider.test:0443', 'api.provider.test:',
+                                    'API.provider.test:443'])
+def test_an_authority_squid_rewrites_to_the_listed_host_is_read_the_same_by_every_component(world, target):
+    seen = _count(world, 'sni_ok')
+    result, reached = tls_attempt(world, CLIENT, target, 'api.provider.test')
+    assert result['connect'].startswith('HTTP/1.1 200') and result['answer'] == 'HTTP/1.0 401 Unauthorized', result
+    assert reached
+    decided = _decided(world, 'sni_ok', seen)
+    assert [(r['host'], r['port']) for r in decided] == [('api.provider.test', 443)], decided
 
 
 def test_the_container_is_hardened(world):

@@ -4,11 +4,13 @@ A second deployment, made by ``site.yml`` like the session's, whose upstream net
 /64, ``--internal``): its fake upstream answers on IPv6 at a fixed address, which the allowlist opens
 with ``egress_private_destinations`` like the session opens its IPv4 upstream. The proxy's
 ``/etc/hosts`` (``egress_proxy_extra_hosts``) gives listed names IPv6 answers only: the fake's address,
-loopback, link-local, unique local, IPv4-mapped loopback and the AWS metadata address, each next to an
-IPv4 twin. A client on a job network (the engine's job networks are IPv4, as the job-network API
-makes them) asks for each, and the answer and the decision log's line are asserted.
+loopback, link-local, unique local, IPv4-mapped loopback, the AWS metadata address and the NAT64 and
+6to4 forms of private, loopback and metadata addresses (issue 42), each next to an IPv4 twin. A
+client on a job network (the engine's job networks are IPv4, as the job-network API makes them) asks
+for each, and the answer and the decision log's line are asserted.
 """
 
+import json
 import os
 import random
 
@@ -33,9 +35,16 @@ V6_HOSTS = {
     'v6mapped.test': '::ffff:127.0.0.1',
     'v6meta.test': 'fd00:ec2::254', 'v4meta.test': '169.254.169.254',
     'v6unspec.test': '::0', 'v4unspec.test': '0.0.0.0',
+    # issue 42: NAT64 (64:ff9b::/96) and 6to4 (2002::/16) forms embed an IPv4 address and are judged by it
+    'v6nat64.test': '64:ff9b::a63:5', 'v66to4.test': '2002:a63:5::1',
+    'v6nat64loop.test': '64:ff9b::7f00:1', 'v6nat64meta.test': '64:ff9b::a9fe:a9fe',
+    'v66to4loop.test': '2002:7f00:1::1', 'v6nat64local.test': '64:ff9b:1::a63:5',
 }
 TWINS = [('v6loop.test', 'v4loop.test'), ('v6linklocal.test', 'v4linklocal.test'), ('v6ula.test', 'v4private.test'),
-         ('v6mapped.test', 'v4loop.test'), ('v6meta.test', 'v4meta.test'), ('v6unspec.test', 'v4unspec.test')]
+         ('v6mapped.test', 'v4loop.test'), ('v6meta.test', 'v4meta.test'), ('v6unspec.test', 'v4unspec.test'),
+         ('v6nat64.test', 'v4private.test'), ('v66to4.test', 'v4private.test'), ('v6nat64loop.test', 'v4loop.test'),
+         ('v6nat64meta.test', 'v4meta.test'), ('v66to4loop.test', 'v4loop.test'),
+         ('v6nat64local.test', 'v4private.test')]
 
 
 class V6Env(EgressEnv):
@@ -151,3 +160,77 @@ def test_an_ipv6_literal_is_refused_unless_listed_like_an_unlisted_ipv4_literal(
     assert result['connect'].startswith('HTTP/1.1 403') and not reached, result
     v4 = v6env.curl(['https://169.254.169.254/'])
     assert v4['connect'] == 403
+
+
+# Issue 42, item 13. squid's http_port 3128 listens on IPv6 too ([::]:3128). A client the engine knows by
+# its IPv4 address that came from an IPv6 address (a link-local fe80::) would be a second client: not
+# named by its job, with a second connection allowance. Measured on Docker 20.10: the job network gives
+# neither the job nor the proxy's interface on it an IPv6 address (IPv6 is disabled on interfaces of an
+# IPv4-only network), so a job cannot come from fe80:: here; the rules refuse any IPv6 client but the
+# proxy's own loopback all the same (reason ipv6_client), which the fake, on the IPv6 upstream network,
+# shows over the proxy's unique local and its link-local address.
+V6_CLIENT = r'''
+import json, socket, sys
+out = []
+for host in sys.argv[1:]:
+    try:
+        info = socket.getaddrinfo(host, 3128, 0, socket.SOCK_STREAM)[0]
+        s = socket.socket(info[0], socket.SOCK_STREAM)
+        s.settimeout(8)
+        s.connect(info[4])
+        s.sendall(b"CONNECT v6.provider.test:443 HTTP/1.1\r\nHost: v6.provider.test:443\r\n\r\n")
+        head = b""
+        while b"\r\n" not in head:
+            chunk = s.recv(1)
+            if not chunk:
+                break
+            head += chunk
+        out.append([host, s.getsockname()[0], head.split(b"\r\n")[0].decode("latin-1")])
+        s.close()
+    except Exception as exc:
+        out.append([host, None, "%s: %s" % (type(exc).__name__, exc)])
+print(json.dumps(out))
+'''
+
+
+def _inet6(env, container):
+    """The IPv6 addresses of ``container`` by interface (from /proc/net/if_inet6), loopback left out."""
+    rc, out = env.client.containers.get(container).exec_run(['cat', '/proc/net/if_inet6'])
+    assert rc == 0, out
+    found = {}
+    for line in out.decode().splitlines():
+        words = line.split()
+        if len(words) == 6 and words[5] != 'lo':
+            found.setdefault(words[5], []).append(':'.join(words[0][i:i + 4] for i in range(0, 32, 4)))
+    return found
+
+
+def test_a_job_network_carries_no_ipv6_and_an_ipv6_client_is_refused(v6env):
+    api = v6env.client.api
+    networks = api.inspect_container(v6env.proxy)['NetworkSettings']['Networks']
+    job_mac = networks[v6env.job_net]['MacAddress']
+    rc, out = v6env.client.containers.get(v6env.proxy).exec_run(
+        ['sh', '-c', 'grep -l %s /sys/class/net/*/address' % job_mac])
+    job_if = out.decode().strip().split('/')[-2]
+    assert rc == 0 and job_if, out
+    proxy_v6 = _inet6(v6env, v6env.proxy)
+    assert job_if not in proxy_v6, proxy_v6               # no fe80:: on the proxy's side of the job network
+    assert _inet6(v6env, v6env.client_container) == {}     # the job has no IPv6 address at all
+    # the mechanism, from an IPv6 source: the fake on the IPv6 upstream network
+    upstream = networks[v6env.upstream_net]
+    link_local = [a for a in proxy_v6.get(_upstream_if(v6env, upstream['MacAddress']), []) if a.startswith('fe80')]
+    assert link_local, proxy_v6
+    targets = [upstream['IPAddress'], upstream['GlobalIPv6Address'], '%s%%eth0' % link_local[0]]
+    rc, out = v6env.client.containers.get(v6env.fake).exec_run(['python3', '-c', V6_CLIENT] + targets)
+    assert rc == 0, out
+    answers = json.loads(out.decode().strip().splitlines()[-1])
+    assert [a[2][:12] for a in answers] == ['HTTP/1.1 200', 'HTTP/1.1 403', 'HTTP/1.1 403'], answers
+    records, _problems, _warnings = _decisions.read_records(os.path.join(v6env.deploy_dir, 'decisions'))
+    refused = [r for r in records if r.get('reason') == 'ipv6_client']
+    assert len(refused) == 2 and all(r['verdict'] == 'refused' for r in refused), refused
+
+
+def _upstream_if(env, mac):
+    rc, out = env.client.containers.get(env.proxy).exec_run(['sh', '-c', 'grep -l %s /sys/class/net/*/address' % mac])
+    assert rc == 0, out
+    return out.decode().strip().split('/')[-2]

@@ -197,15 +197,9 @@ def host_opening_entry(entry: str) -> bool:
     return False
 
 
-# Names of cloud metadata services: they serve the machine's own credentials, and the guard refuses
-# the addresses they resolve to (169.254.169.254, fd00:ec2::254, 100.100.100.200), so a listed one
-# is at best a request that always fails and at worst a mistake worth knowing about.
-METADATA_NAMES = (
-    'metadata.google.internal',     # Google Cloud
-    'metadata.goog',                # Google Cloud
-    'instance-data.ec2.internal',   # AWS
-    'metadata.tencentyun.com',      # Tencent Cloud
-)
+# Names of cloud metadata services (one definition, shared with the model endpoints): a listed
+# one is at best a request that always fails and at worst a mistake worth knowing about.
+METADATA_NAMES = _hostnames.METADATA_NAMES
 METADATA_FIX = 'remove the line: a job never needs the cloud metadata service, and the guard refuses it anyway'
 
 

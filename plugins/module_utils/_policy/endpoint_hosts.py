@@ -5,7 +5,8 @@
 
 A DNS name (the shared rules of :mod:`_hostnames`), a strict dotted-decimal IPv4 address or an
 IPv6 literal; never the proxy itself (loopback, this-host, slirp4netns's host alias) and never a
-cloud metadata address. Link-local stays allowed: podman's host.containers.internal is 169.254.1.2.
+cloud metadata address or the name of one (:data:`_hostnames.METADATA_NAMES`, the allowlist's
+list). Link-local stays allowed: podman's host.containers.internal is 169.254.1.2.
 """
 
 from __future__ import annotations
@@ -126,6 +127,10 @@ def classify_host(host: str) -> Tuple[str, str]:
                           'write a DNS name whose last label is not a number, or an IPv4 address')
     if lowered == 'localhost' or lowered.endswith('.localhost'):
         raise HostRefused('is %s, a loopback name: %s' % (lowered, _NO_SELF[0]), _NO_SELF[1])
+    if lowered in _hostnames.METADATA_NAMES:
+        raise HostRefused('names a cloud metadata service (%s), which hands out the machine\'s credentials and '
+                          'is never a model server; the destination guard refuses its address' % lowered,
+                          _METADATA[1])
     return lowered, 'name'
 
 

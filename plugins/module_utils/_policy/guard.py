@@ -25,6 +25,17 @@ test ``pi_allowlist`` before ``pi_guard``, so an unlisted name is still never
 resolved. squid's ``dst`` ACL matches when ANY resolved address is in the
 set, so a name with records [public, private] is refused whole.
 
+IPv6 addresses that embed an IPv4 address are judged by it (issue 42): the
+NAT64 form ``64:ff9b::a.b.c.d`` (RFC 6052, the last 32 bits) and the 6to4 form
+``2002:AABB:CCDD::/48`` (RFC 3056, bits 16-47) reach the embedded address
+through a translator or relay, so for every refused IPv4 network ``N/p`` the
+guard also refuses ``64:ff9b::N/(96+p)`` and ``2002:N::/(16+p)``. An embedded
+public address passes like the public address (a DNS64 resolver answers the
+NAT64 form for every IPv4-only name on an IPv6-only network); an opened IPv4
+range opens its embedded forms, and an embedded range cannot be opened by
+itself. Local-use NAT64 (``64:ff9b:1::/48``, RFC 8215, where the embedding
+is the operator's choice) stays refused whole.
+
 IPv4-mapped IPv6 forms (``::ffff:a.b.c.d``) are NOT rendered: squid keeps
 IPv4 addresses as mapped IPv6 internally, so the IPv4 ranges already match
 them, and squid parses ``::ffff:0:0/96`` as the whole IPv4 space (measured on
@@ -74,6 +85,25 @@ NONPUBLIC_V6 = (
     'fec0::/10',        # site-local (deprecated)
     'ff00::/8',         # multicast
 )
+
+# IPv6 prefixes that embed an IPv4 address: (prefix, the bit where the IPv4 address starts, name).
+NAT64 = ipaddress.ip_network('64:ff9b::/96')      # RFC 6052 well-known prefix: the last 32 bits
+SIX_TO_FOUR = ipaddress.ip_network('2002::/16')   # RFC 3056: bits 16-47
+EMBEDDING = ((NAT64, 96, 'NAT64'), (SIX_TO_FOUR, 16, '6to4'))
+
+
+def embedded_forms(v4nets: Iterable[IPNet]) -> List[IPNet]:
+    """The NAT64 and 6to4 networks whose embedded IPv4 address lies in one of ``v4nets``."""
+    out = []
+    for net in v4nets:
+        if net.version != 4:
+            continue
+        for prefix, start, _name in EMBEDDING:
+            shift = 128 - start - 32
+            base = int(prefix.network_address) | (int(net.network_address) << shift)
+            out.append(ipaddress.IPv6Network((base, start + net.prefixlen)))
+    return out
+
 
 # Never opened, whatever egress_private_destinations says.
 NEVER_OPEN = (
@@ -164,6 +194,14 @@ def validate(cidrs: Sequence[str], pool: str = DEFAULT_POOL, gateways: Sequence[
             problems.append('%s: is not a CIDR (%s); write a network such as "192.168.50.0/24" with its host '
                             'bits zero (a single address is "192.168.50.7/32")' % (where, exc))
             continue
+        embedding = [(prefix, name) for prefix, _start, name in EMBEDDING
+                     if prefix.version == net.version and net.overlaps(prefix)]
+        if embedding:
+            prefix, name = embedding[0]
+            problems.append('%s: lies in %s (%s): each of its addresses embeds an IPv4 address and is judged by it; '
+                            'open the IPv4 range instead (its %s form follows it), e.g. "192.168.50.0/24"'
+                            % (where, prefix, name, name))
+            continue
         if not any(net.overlaps(n) for n in nonpublic):
             problems.append('%s: is a public range, which the guard never refuses; remove it (a listed name that '
                             'resolves there is reached already)' % where)
@@ -219,13 +257,13 @@ def outside_pool(gateways: Sequence[str], pool: str = DEFAULT_POOL) -> List[str]
 
 def denied(opened: Sequence[Any] = (), pool: str = DEFAULT_POOL, gateways: Sequence[str] = (),
            host_gateway: Optional[str] = None) -> List[IPNet]:
-    """The guard's address set: (non-public minus opened) plus what is always denied. Collapsed."""
+    """The guard's address set: (non-public minus opened) plus what is always denied, plus the NAT64
+    and 6to4 forms of every refused IPv4 network (:func:`embedded_forms`). Collapsed."""
     base = subtract(_nets(NONPUBLIC_V4 + NONPUBLIC_V6), list(opened))
-    merged = []
-    for version in (4, 6):
-        merged.extend(ipaddress.collapse_addresses(
-            [n for n in base + always_denied(pool, gateways, host_gateway) if n.version == version]))
-    return merged
+    every = base + always_denied(pool, gateways, host_gateway)
+    v4 = list(ipaddress.collapse_addresses([n for n in every if n.version == 4]))
+    v6 = list(ipaddress.collapse_addresses([n for n in every if n.version == 6] + embedded_forms(v4)))
+    return v4 + v6
 
 
 def kept_inside(opened: Sequence[Any], gateways: Sequence[str] = (), host_gateway: Optional[str] = None) -> List[str]:

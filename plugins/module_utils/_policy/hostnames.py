@@ -27,6 +27,17 @@ IPV4_RE = re.compile(r'^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
 # Names that reach the host running the proxy.
 HOST_NAMES = ('host.docker.internal', 'host.containers.internal')
 
+# Names of cloud metadata services: they serve the machine's own credentials, and the guard refuses
+# the addresses they resolve to (169.254.169.254, fd00:ec2::254, 100.100.100.200). The allowlist
+# warns about a listed one; a model endpoint that names one is refused. The one definition.
+METADATA_NAMES = (
+    'metadata.google.internal',     # Google Cloud
+    'metadata.goog',                # Google Cloud
+    'metadata',                     # Google Cloud's short name (the google.internal search domain)
+    'instance-data.ec2.internal',   # AWS
+    'metadata.tencentyun.com',      # Tencent Cloud
+)
+
 TOO_LONG = 'too-long'
 EMPTY_LABEL = 'empty-label'
 LONG_LABEL = 'long-label'

@@ -49,6 +49,15 @@ http_port %(port)d
 acl CONNECT method CONNECT
 acl pi_port_443 port 443
 acl pi_port_80 port 80
+# Jobs are named by their IPv4 address on their job network (the job-network API makes IPv4
+# networks); http_port listens on IPv6 too, so a client from an IPv6 address (a link-local fe80::)
+# would be a client no job names, with a connection allowance of its own (issue 42).
+acl pi_ipv6_client src ipv6
+# A CONNECT authority squid can read back as name:port or [v6]:port (issue 42). squid 6.13
+# parses the request target before any ACL sees it (h:0443, h:443:1, h: and h all become h:443);
+# what its parse leaves behind (a '[', '@', '_', an edge hyphen, a zone id) is refused here.
+acl pi_authority url_regex -i ^([a-z0-9]([a-z0-9-]*[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]*[a-z0-9])?:[1-9][0-9]*$
+acl pi_authority url_regex -i ^\\[[0-9a-f:.]+\\]:[1-9][0-9]*$
 # The allowlist, matched as written: no reverse lookup of an IP literal.
 acl pi_allowlist dstdomain -n "%(allowlist)s"
 # The destination guard (pi_guard: the addresses a listed name must never lead
@@ -59,6 +68,8 @@ include %(guard)s
 # Each of these always matches and records a reason on the transaction; each is
 # the last ACL of its line, so it marks only the line that decided.
 acl pi_r_manager annotate_transaction pi_reason=manager
+acl pi_r_ipv6_client annotate_transaction pi_reason=ipv6_client
+acl pi_r_authority annotate_transaction pi_reason=authority
 acl pi_r_conn_limit annotate_transaction pi_reason=conn_limit
 acl pi_r_guard annotate_transaction pi_reason=guard
 acl pi_r_listed annotate_transaction pi_reason=listed
@@ -72,6 +83,12 @@ http_access allow localhost manager
 http_access deny manager pi_r_manager
 
 # --- precedence ----------------------------------------------------------------
+# 0. A client from an IPv6 address (but the container's own loopback) is refused:
+#    jobs reach the proxy over IPv4, where their job network names them.
+http_access deny pi_ipv6_client !localhost pi_r_ipv6_client
+#    A CONNECT whose authority is not a DNS name, IPv4 address or bracketed IPv6
+#    address with a port is refused before any policy.
+http_access deny CONNECT !pi_authority pi_r_authority
 # 1. A client that already holds too many connections is refused.
 http_access deny pi_client_conns pi_r_conn_limit
 # 2. Declared model endpoints: a CONNECT tunnel to exactly their host:port.

@@ -40,6 +40,7 @@ REASONS = {
     'guard': 'the host resolves into a range the destination guard refuses',
     'conn_limit': 'the client already holds its maximum number of connections',
     'authority': "a CONNECT whose authority is not name:port or [ipv6]:port after squid's parse",
+    'ipv6_client': 'a client that came from an IPv6 address; jobs reach the proxy over IPv4',
     'sni_mismatch': 'the TLS SNI names another host than the CONNECT (domain fronting)',
     'no_sni': 'a TLS hello without SNI to a name (only a listed IP literal may omit it)',
     'not_tls': 'the bytes in a tunnel to 443 are not TLS',

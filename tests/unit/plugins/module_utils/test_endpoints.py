@@ -5,6 +5,8 @@ import os
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as E
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import hostnames as _hostnames
 
 GOLDEN = os.path.join(os.path.dirname(__file__), 'golden', 'endpoints')
 
@@ -121,6 +123,16 @@ INVALID = [
     ('host ipv4 leading zero', doc(ep(host='010.0.0.1')), 'host', '"010.0.0.1"', 'strict dotted-decimal'),
     ('host ipv4 256', doc(ep(host='1.2.3.256')), 'host', '"1.2.3.256"', 'strict dotted-decimal'),
     ('host decimal int', doc(ep(host='2130706433')), 'host', '"2130706433"', 'strict dotted-decimal'),
+    ('host metadata name', doc(ep(host='metadata.google.internal')), 'host', '"metadata.google.internal"',
+     'cloud metadata service'),
+    ('host metadata name, upper case', doc(ep(host='METADATA.Google.Internal')), 'host',
+     '"METADATA.Google.Internal"', 'cloud metadata service (metadata.google.internal)'),
+    ('host metadata short name', doc(ep(host='metadata')), 'host', '"metadata"', 'cloud metadata service'),
+    ('host metadata.goog', doc(ep(host='metadata.goog')), 'host', '"metadata.goog"', 'cloud metadata service'),
+    ('host aws metadata name', doc(ep(host='instance-data.ec2.internal')), 'host', '"instance-data.ec2.internal"',
+     'cloud metadata service'),
+    ('host tencent metadata name', doc(ep(host='metadata.tencentyun.com')), 'host', '"metadata.tencentyun.com"',
+     'cloud metadata service'),
     ('host url', doc(ep(host='http://models.test')), 'host', '"http://models.test"', 'URL'),
     ('host space', doc(ep(host='models .test')), 'host', '"models .test"', 'whitespace'),
     ('host empty', doc(ep(host='')), 'host', '""', 'must not be empty'),
@@ -292,6 +304,24 @@ def test_metadata_addresses_are_refused(host):
     with pytest.raises(E.EndpointsError) as info:
         E.parse(doc(dict(id='meta', host=host, port=80, slots=1)))
     assert 'cloud metadata address' in str(info.value)
+
+
+@pytest.mark.parametrize('name', _hostnames.METADATA_NAMES)
+def test_every_metadata_name_of_the_allowlist_is_refused_with_its_fix(name):
+    # one list: the names the allowlist warns about are the names an endpoint may not be
+    assert _allowlist.METADATA_NAMES is _hostnames.METADATA_NAMES
+    with pytest.raises(E.EndpointsError) as info:
+        E.parse(doc(dict(id='meta', host=name, port=80, slots=1)), path='/d/model-endpoints.json')
+    [problem] = info.value.problems
+    assert problem.key == 'host' and problem.index == 0
+    assert 'names a cloud metadata service (%s)' % name in str(problem)
+    assert 'remove the endpoint' in problem.fix and '/d/model-endpoints.json' in str(info.value)
+
+
+@pytest.mark.parametrize('host', ['metadata.example.com', 'metadata.google.internal.example', 'mymetadata',
+                                  'models.google.internal'])
+def test_metadata_lookalikes_are_accepted(host):
+    assert E.parse(doc(dict(id='m', host=host, port=80, slots=1)))[0].host == host
 
 
 def test_render_accepts_dicts():

@@ -160,3 +160,64 @@ def test_a_range_holding_the_host_address_is_refused_unless_it_is_a_gateway(gate
         assert [str(n) for n in opened] == [cidr]
         denied = [str(n) for n in G.denied(opened, gateways=gateways, host_gateway=host_gw)]
         assert '10.89.0.1/32' in denied
+
+
+# Issue 42, item 11: addresses that embed an IPv4 address are judged by it. NAT64 (64:ff9b::/96,
+# RFC 6052: the last 32 bits) and 6to4 (2002::/16, RFC 3056: bits 16-47) reach the embedded IPv4
+# address through a translator or relay; IPv4-mapped (::ffff:0:0/96) is squid's own form of IPv4.
+@pytest.mark.parametrize('address, v4', [
+    ('64:ff9b::a00:1', '10.0.0.1'),
+    ('64:ff9b::7f00:1', '127.0.0.1'),
+    ('64:ff9b::a9fe:a9fe', '169.254.169.254'),
+    ('64:ff9b::a2f:309', '10.47.3.9'),          # another job (the pool)
+    ('64:ff9b::ac12:1', '172.18.0.1'),          # a network gateway
+    ('64:ff9b::ac11:1', '172.17.0.1'),          # host-gateway
+    ('64:ff9b::c0a8:101', '192.168.1.1'),
+    ('64:ff9b::6464:64c8', '100.100.100.200'),
+    ('64:ff9b::ffff:ffff', '255.255.255.255'),
+    ('64:ff9b::', '0.0.0.0'),
+    ('2002:a00:1::', '10.0.0.1'),
+    ('2002:7f00:1::1', '127.0.0.1'),
+    ('2002:a9fe:a9fe:ffff:ffff:ffff:ffff:ffff', '169.254.169.254'),
+    ('2002:a2f:309::1', '10.47.3.9'),
+    ('2002:ac11:1::', '172.17.0.1'),
+    ('2002:c0a8:101:1::1', '192.168.1.1'),
+    ('64:ff9b:1::a00:1', '10.0.0.1'),           # local-use NAT64 (RFC 8215): refused whole, as before
+])
+def test_an_address_embedding_a_refused_ipv4_address_is_refused(address, v4):
+    assert G.covers(_denied(), v4)
+    assert G.covers(_denied(), address)
+    assert G.covers(G.acl_networks(G.render(gateways=GATEWAYS, host_gateway=HOST_GW)), address)
+
+
+@pytest.mark.parametrize('address', ['64:ff9b::101:101', '64:ff9b::5db8:d70e', '2002:101:101::1',
+                                     '2002:5db8:d70e::', '64:ff9b::ac20:1', '2002:ac20:1::'])
+def test_an_address_embedding_a_public_ipv4_address_is_judged_like_it(address):
+    # 1.1.1.1, 93.184.215.14, 172.32.0.1: public, so their NAT64 and 6to4 forms pass like them (a
+    # DNS64 resolver answers the NAT64 form for every IPv4-only name on an IPv6-only network)
+    assert not G.covers(_denied(), address)
+
+
+def test_an_opened_range_opens_its_embedded_forms_and_its_gateway_stays_refused_in_every_form():
+    opened = G.validate(['172.18.0.0/16'], gateways=GATEWAYS, host_gateway=HOST_GW)
+    nets = G.denied(opened, gateways=GATEWAYS, host_gateway=HOST_GW)
+    for reached in ('172.18.0.2', '64:ff9b::ac12:2', '2002:ac12:2::'):
+        assert not G.covers(nets, reached), reached
+    for refused in ('172.18.0.1', '64:ff9b::ac12:1', '2002:ac12:1::', '64:ff9b::ac13:2', '2002:ac13:2::'):
+        assert G.covers(nets, refused), refused
+
+
+@pytest.mark.parametrize('cidr', ['64:ff9b::c0a8:3200/120', '64:ff9b::/96', '2002:c0a8:3200::/40', '2002::/16'])
+def test_an_embedded_range_is_not_opened_itself_the_fix_names_its_ipv4_range(cidr):
+    with pytest.raises(G.GuardError) as info:
+        G.validate([cidr], gateways=GATEWAYS, host_gateway=HOST_GW)
+    text = str(info.value)
+    assert 'embeds an IPv4 address' in text and 'open the IPv4 range' in text, text
+
+
+def test_the_embedded_forms_render_on_squid_lines_and_never_the_mapped_form():
+    text = G.render(gateways=GATEWAYS, host_gateway=HOST_GW)
+    words = [w for line in text.splitlines() if line.startswith('acl pi_guard dst') for w in line.split()[3:]]
+    assert '64:ff9b::a00:0/104' in words and '2002:a00::/24' in words
+    assert '::ffff' not in text
+    assert G.render(gateways=GATEWAYS, host_gateway=HOST_GW) == text

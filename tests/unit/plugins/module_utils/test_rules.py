@@ -21,6 +21,8 @@ def test_precedence_is_exactly_the_contract():
         'include /etc/pi-dispatch/egress-guard.conf',
         'http_access allow localhost manager',
         'http_access deny manager pi_r_manager',
+        'http_access deny pi_ipv6_client !localhost pi_r_ipv6_client',
+        'http_access deny CONNECT !pi_authority pi_r_authority',
         'http_access deny pi_client_conns pi_r_conn_limit',
         'include /etc/pi-dispatch/model-endpoints.conf',
         'http_access deny pi_allowlist pi_guard pi_r_guard',
@@ -37,13 +39,53 @@ def test_every_reason_acl_only_annotates_and_ends_its_line():
     # decision is the one the line had without it.
     acls = dict((w[1], w[2:]) for w in _directives() if w[0] == 'acl')
     reasons = [name for name, words in acls.items() if words[0] == 'annotate_transaction']
-    assert sorted(reasons) == sorted(['pi_r_manager', 'pi_r_conn_limit', 'pi_r_guard', 'pi_r_listed', 'pi_r_checked',
-                                      'pi_r_plain_https', 'pi_r_port', 'pi_r_unlisted'])
+    assert sorted(reasons) == sorted(['pi_r_manager', 'pi_r_ipv6_client', 'pi_r_authority', 'pi_r_conn_limit',
+                                      'pi_r_guard', 'pi_r_listed', 'pi_r_checked', 'pi_r_plain_https', 'pi_r_port',
+                                      'pi_r_unlisted'])
     for words in _directives():
         if words[0] == 'http_access':
             marks = [i for i, w in enumerate(words) if w in reasons]
             assert marks and marks[0] >= 3 and all(words[i] in reasons for i in range(marks[0], len(words))) \
                 or words[1:] == ['allow', 'localhost', 'manager'], words
+
+
+# Issue 42, item 12: what squid 6.13 leaves of a CONNECT authority after its own parse (measured on the
+# engine: h:0443, h:443:1, h: and h become h:443; [[h]]:1337 becomes %5bh:443, u@h:443 stays u@h:443).
+AUTHORITY_OK = ['api.provider.test:443', 'API.Provider.Test:443', 'h:1', 'h:65535', 'localhost:443',
+                'xn--bcher-kva.test:443', '1.2.3.4:443', '10.0.0.5:8080', '[::1]:443', '[fd00:ec2::254]:11434',
+                '[::ffff:1.2.3.4]:443', 'a-b.c-d.test:443', '0.test:443']
+AUTHORITY_BAD = ['%5bh:443', '[h:443', 'u@h:443', 'u:p@h:443', 'h_x:443', '-h:443', 'h-:443', 'a.-b.test:443',
+                 '%5bfe80::1%25eth0%5d:443', '[fe80::1%eth0]:443', 'h:0', 'h:0443', 'h:', 'h', ':443',
+                 'h:443:1', 'h..x:443', '.h:443', 'h.:443', '[[h]]:1337', 'h:443/x', 'h:+443', 'h :443',
+                 'h%2e:443', '[h]:443x', '[]:443', 'http://h:443']
+
+
+def _authority_regexes():
+    import re
+    lines = [w for w in _directives() if w[:3] == ['acl', 'pi_authority', 'url_regex']]
+    assert lines and all(w[3] == '-i' and len(w) == 5 for w in lines), lines
+    return [re.compile(w[4], re.IGNORECASE) for w in lines]
+
+
+def test_a_connect_authority_is_refused_before_any_policy_unless_it_is_name_port_or_v6_port():
+    regexes = _authority_regexes()
+    for text in AUTHORITY_OK:
+        assert any(r.search(text) for r in regexes), text
+    for text in AUTHORITY_BAD:
+        assert not any(r.search(text) for r in regexes), text
+    rules = _access_rules()
+    assert rules.index('http_access deny CONNECT !pi_authority pi_r_authority') == \
+        rules.index('http_access deny manager pi_r_manager') + 2
+
+
+def test_a_client_from_an_ipv6_address_is_refused_first_but_the_containers_own_loopback():
+    # squid 6.13 (measured): "src ipv6" matches IPv6 clients only (fd00::/8, fe80::), never an IPv4
+    # client on the dual-stack socket; "src 0.0.0.0/0" would match every client
+    acls = dict((w[1], w[2:]) for w in _directives() if w[0] == 'acl')
+    assert acls['pi_ipv6_client'] == ['src', 'ipv6']
+    rules = _access_rules()
+    assert rules.index('http_access deny pi_ipv6_client !localhost pi_r_ipv6_client') == \
+        rules.index('http_access deny manager pi_r_manager') + 1
 
 
 def test_the_decision_log_skips_what_the_tls_check_logs_and_the_health_check():
