@@ -62,8 +62,8 @@ def _request(method, path, host_header, authority, version, extra_hosts, body):
        version=st.sampled_from(['HTTP/1.1', 'HTTP/1.0', 'HTTP/2.0']),
        extra_hosts=st.lists(HOSTISH, max_size=2), body=st.binary(max_size=64),
        client_job=st.sampled_from(['job-a', None, 'job-b']))
-def test_a_swap_happens_only_for_an_origin_form_request_naming_the_bound_host(method, path, host_header, authority,
-                                                                               version, extra_hosts, body, client_job):
+def test_a_swap_happens_only_for_an_origin_form_request_naming_the_bound_host(
+        method, path, host_header, authority, version, extra_hosts, body, client_job):
     request = _request(method, path, host_header, authority, version, extra_hosts, body)
     decision = addon.decide(request, CREDS, JOBS, secret_of, client_job)
     assert decision.refused is None or isinstance(decision.refused, str)

@@ -391,7 +391,7 @@ def redaction_pairs(secrets, swapped_values=()):
     pairs = []
     for name, secret in secrets:
         pairs += [(name, form) for form in derived_forms(secret)]
-    pairs += [(name, value) for name, value in swapped_values]
+    pairs += list(swapped_values)
     for name, value in swapped_values:   # the token alone, as a response echoing the header would carry it
         words = value.split(None, 1)
         if len(words) == 2 and words[0].lower() == 'basic':

@@ -240,8 +240,8 @@ def test_differences_several_at_once():
 def test_differences_empty_inspect():
     kwargs = wanted()
     got = _apply.differences(kwargs, {'Image': IMAGE_ID, 'Mounts': None, 'Config': {'Env': None}}, IMAGE_ID)
-    assert [line.split(' ', 1)[0].split('=', 1)[0] for line in got] == ['mounts', 'PI_INTERCEPTOR_UPSTREAM', 'memory',
-                                                                         'pids']
+    words = [line.split(' ', 1)[0].split('=', 1)[0] for line in got]
+    assert words == ['mounts', 'PI_INTERCEPTOR_UPSTREAM', 'memory', 'pids']
 
 
 def test_differences_never_name_a_secret_file_content(tmp_path):
