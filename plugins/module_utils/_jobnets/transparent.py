@@ -149,8 +149,8 @@ def forget(client: Any, gateway: str, network: str) -> None:
 
 def counters(client: Any, gateway: str) -> Dict[str, Any]:
     """What the gateway dropped (``dropped``: chain -> packets, bytes) and refused (``refused``: '<network> <reason>'
-    -> count), and the networks it serves (``networks``: network, job_id, subnet, gateway, optins, policy), from
-    ``gatewayd counters``."""
+    -> count), the DNS datagrams its rate bound dropped (``dns_rate_limited``: job subnet -> packets), and the
+    networks it serves (``networks``: network, job_id, subnet, gateway, optins, policy), from ``gatewayd counters``."""
     return json.loads(exec_gatewayd(client, gateway, ['counters']))
 
 

@@ -511,6 +511,42 @@ def net(vrange='10.47.0.60/30', optins=None):
     return GW.Net(json.loads(json.dumps(conf)))
 
 
+def test_each_job_network_gets_its_own_dns_socket():
+    """A job flooding the resolver fills its own socket's buffer, never another job's (issue 42, item 5:
+    benchmarks/gateway_dns.py lost 1 in 150 of another job's queries to one shared socket)."""
+    gateway = GW.Gateway()
+    other = GW.Net(dict(network='pi-job-2', job_id='job-2', subnet='10.47.1.0/26', gateway='10.47.1.2',
+                        vrange='10.47.1.60/30', proxy='10.47.1.3'))
+    gateway.nets = [net(optins={'tcp': {}, 'udp': {'123': True}}), other]
+    wanted = gateway.wanted()
+    assert ('udp', '10.47.0.2', 53) in wanted and ('udp', '10.47.1.2', 53) in wanted
+    assert not [key for key in wanted if key[0] == 'udp' and key[1] == '0.0.0.0']
+    assert set(k for k in wanted if k[0] == 'tcp') == set(('tcp', '0.0.0.0', p) for p in (53, 80, 443))
+
+
+def test_each_job_address_is_bounded_in_dns_datagrams_before_the_resolver():
+    """The kernel drops a job's DNS datagrams past DNS_RATE_PER_SOURCE (burst DNS_BURST_PER_SOURCE) in the
+    job network's chain, before they reach the gateway's one event loop."""
+    other = GW.Net(dict(network='pi-job-2', job_id='job-2', subnet='10.47.1.0/26', gateway='10.47.1.2',
+                        vrange='10.47.1.60/30', proxy='10.47.1.3'))
+    lines = GW.filter_rules([(net(), 'eth1'), (other, 'eth2')]).splitlines()
+    names = set()
+    # Before the accept of established flows: a flood sent from one socket is one flow.
+    established = lines.index('-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT')
+    for iface, subnet in (('eth1', '10.47.0.0/26'), ('eth2', '10.47.1.0/26')):
+        limit = [line for line in lines if line.startswith('-A INPUT -i %s -s %s ' % (iface, subnet))
+                 and 'hashlimit' in line]
+        assert len(limit) == 1 and limit[0].endswith(' -j DROP'), lines
+        assert '-p udp --dport 53' in limit[0] and '--hashlimit-mode srcip' in limit[0]
+        assert '--hashlimit-above %d/second --hashlimit-burst %d' % (GW.DNS_RATE_PER_SOURCE,
+                                                                     GW.DNS_BURST_PER_SOURCE) in limit[0]
+        assert lines.index(limit[0]) < established
+        name = limit[0].split('--hashlimit-name ')[1].split()[0]
+        assert len(name) <= 15
+        names.add(name)
+    assert len(names) == 2
+
+
 def test_net_addresses_are_the_vrange_hosts():
     small = net()
     assert [str(a) for a in small.addresses] == ['10.47.0.61', '10.47.0.62']
