@@ -329,7 +329,8 @@ class CanaryCheck(Check):
                 thread.daemon = True
                 thread.start()
             longest = max([ctx.probe_timeout] + ([ctx.endpoint_timeout] if jobs and (base_ok or lanes) else []))
-            deadline = time.monotonic() + probe_wait(ctx, longest) + 15
+            # A probe whose proxy name never resolved runs once more in a fresh container (run_probe).
+            deadline = time.monotonic() + 2 * probe_wait(ctx, longest) + 15
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
             if base_ok:

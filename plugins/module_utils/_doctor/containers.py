@@ -18,7 +18,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import (
-    parse_probe_output, probe_script, resolve_allowance)
+    got_no_answer, parse_probe_output, probe_script, resolve_allowance)
 
 
 def probe_env(ctx: DoctorContext) -> Tuple[str, Dict[str, str]]:
@@ -96,7 +96,7 @@ def run_job_probe(ctx: DoctorContext, key: str, name: str, script: str, network:
 
 def probe_wait(ctx: DoctorContext, timeout: int) -> int:
     """Seconds a curl probe's container may take: its curl, the start grace, and the retries of an unresolved proxy."""
-    return timeout + ctx.start_grace + resolve_allowance()
+    return timeout + ctx.start_grace + resolve_allowance(timeout)
 
 
 def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict, timeout: Optional[int] = None,
@@ -104,11 +104,19 @@ def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict,
     """One curl through the proxy in a probe container; results[probe] = (parsed output, None) or (None, why)."""
     timeout = ctx.probe_timeout if timeout is None else timeout
     proxy_url, _env = probe_env(ctx)
+    name = name or probe_name(probe, ctx.pid)
+    script = probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to)
     raw = {}
-    run_container(ctx, probe, name or probe_name(probe, ctx.pid),
-                  probe_script(url, proxy_url, timeout, tunnel=tunnel, connect_to=connect_to), net, raw,
-                  probe_wait(ctx, timeout))
+    run_container(ctx, probe, name, script, net, raw, probe_wait(ctx, timeout))
     text, why = raw.get(probe, (None, 'it did not finish'))
+    if text is not None and got_no_answer(parse_probe_output(text)):
+        # No answer at all proves nothing either way. On Podman 4.3 a container that joined while aardvark-dns
+        # reloaded for the others can stay unknown to it, and its lookups are never answered (the proxy's name,
+        # or the proxy's own lookup after a restart; measured in the Podman gate: "Resolving timed out",
+        # "Connection timed out"). Once more, from a fresh container; its result, whatever it is, is the probe's.
+        raw = {}
+        run_container(ctx, probe, name + '-again', script, net, raw, probe_wait(ctx, timeout))
+        text, why = raw.get(probe, (None, 'it did not finish'))
     if text is None:
         results[probe] = (None, why)
         return

@@ -35,16 +35,20 @@ PROBE_MARK = 'PIDOCTOR'  # never starting with @: curl -w would read a file
 # curl's exit code when the proxy's own name did not resolve. Podman 4.3's aardvark-dns (1.4) drops its
 # listeners for a moment each time a container joins a network (containers/aardvark-dns#389), and the
 # doctor starts its probes together, so one of them can be refused an answer (measured in the Podman
-# gate: "Could not resolve proxy"). Such a probe tries again, RESOLVE_RETRIES times, RESOLVE_RETRY_S apart;
-# any other outcome, and the last try, is the probe's result.
+# gate: "Could not resolve proxy"), or its query dropped until curl's own timeout ("Resolving timed out",
+# exit 28; measured in the Podman gate after test_upgrade.py). Such a probe tries again, RESOLVE_RETRIES
+# times, RESOLVE_RETRY_S apart; any other outcome, and the last try, is the probe's result.
 CURL_PROXY_UNRESOLVED = 5
+CURL_TIMEOUT = 28
+RESOLVING_TIMED_OUT = 'Resolving timed out'
 RESOLVE_RETRIES = 3
 RESOLVE_RETRY_S = 1
 
 
-def resolve_allowance() -> int:
-    """Seconds a probe container may take beyond its curl and start grace: the retries of an unresolved proxy."""
-    return RESOLVE_RETRIES * (RESOLVE_RETRY_S + 1)
+def resolve_allowance(timeout: int = 1) -> int:
+    """Seconds a probe container may take beyond its curl and start grace: the retries of an unresolved proxy
+    (each one a curl that may wait ``timeout`` seconds for the name)."""
+    return RESOLVE_RETRIES * (RESOLVE_RETRY_S + max(1, int(timeout)))
 
 
 def probe_script(url: str, proxy_url: str, timeout: int, tunnel: bool = False, connect_to: Optional[str] = None) -> str:
@@ -65,11 +69,23 @@ def probe_script(url: str, proxy_url: str, timeout: int, tunnel: bool = False, c
     if connect_to:
         curl += ['--connect-to', "'%s'" % connect_to]
     curl.append("'%s'" % url)
-    retry = ('n=0; while :; do %s 2>/tmp/e; rc=$?; if [ $rc -ne %d ] || [ $n -ge %d ]; then break; fi; '
-             'n=$((n+1)); sleep %d; done; ' % (' '.join(curl), CURL_PROXY_UNRESOLVED, RESOLVE_RETRIES,
-                                               RESOLVE_RETRY_S))
+    # Tried again only while the proxy's name does not resolve: refused (5), or timed out while resolving
+    # (28 with curl's "Resolving timed out"); any other timeout is an answer.
+    retry = ('n=0; while :; do %s 2>/tmp/e; rc=$?; unresolved=0; [ $rc -eq %d ] && unresolved=1; '
+             'if [ $rc -eq %d ]; then case "$(cat /tmp/e 2>/dev/null)" in *"%s"*) unresolved=1;; esac; fi; '
+             'if [ $unresolved -eq 0 ] || [ $n -ge %d ]; then break; fi; n=$((n+1)); sleep %d; done; '
+             % (' '.join(curl), CURL_PROXY_UNRESOLVED, CURL_TIMEOUT, RESOLVING_TIMED_OUT, RESOLVE_RETRIES,
+                RESOLVE_RETRY_S))
     return ('%secho "%s-rc $rc"; echo "%s-headers"; cat /tmp/h 2>/dev/null; '
             'echo "%s-stderr"; cat /tmp/e 2>/dev/null' % (retry, PROBE_MARK, PROBE_MARK, PROBE_MARK))
+
+
+def got_no_answer(result: Optional[Dict[str, Any]]) -> bool:
+    """Whether a probe got no answer at all: curl failed before the proxy said anything (the proxy's name did
+    not resolve, the connection or the tunnel timed out), so it proved nothing either way."""
+    if not result:
+        return False
+    return result.get('rc') not in (0, None) and not result.get('connect') and not result.get('code')
 
 
 def parse_probe_output(text: Optional[str]) -> Optional[Dict[str, Any]]:

@@ -370,6 +370,8 @@ FAKE_CURL = """#!/bin/sh
 n=$(cat "$FAKE_DIR/calls" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$FAKE_DIR/calls"
 code=$(echo $FAKE_CODES | cut -d' ' -f$n)
 [ "$code" = 0 ] && echo "PIDOCTOR 401 200" || echo "PIDOCTOR 000 000"
+# 28r: a timeout while the proxy's name was being resolved (curl: "Resolving timed out after 5000 ms")
+if [ "$code" = 28r ]; then echo "curl: (28) Resolving timed out after 5000 milliseconds attempt $n" >&2; exit 28; fi
 echo "curl: ($code) attempt $n" >&2
 exit $code
 """
@@ -380,6 +382,10 @@ exit $code
     ('5 5 5 5 5', 4, 5, 0),       # one try and RESOLVE_RETRIES more, then the probe did not run
     ('56', 1, 56, 0),             # a refused tunnel is an answer: never tried again
     ('28', 1, 28, 0),             # nor a timeout
+    # Podman 4.3's aardvark-dns may drop the query instead of refusing it: the name's lookup times out
+    ('28r 28r 0', 3, 0, 401),
+    ('28r 28r 28r 28r 28r', 4, 28, 0),
+    ('28r 28', 2, 28, 0),
     ('7', 1, 7, 0),
     ('0', 1, 0, 401),
 ])
@@ -400,6 +406,50 @@ def test_a_probe_tries_again_only_while_the_proxy_name_does_not_resolve(monkeypa
     parsed = _doctor_probes.parse_probe_output(out)
     assert (parsed['rc'], parsed['code']) == (rc, code), out
     assert 'attempt %d' % calls in parsed['error'], out  # the last try's error is the one reported
+
+
+@pytest.mark.parametrize('result, none', [
+    (dict(rc=5, connect=0, code=0, error='curl: (5) Could not resolve proxy: p'), True),
+    (dict(rc=28, connect=0, code=0, error='curl: (28) Connection timed out after 5001 milliseconds'), True),
+    (dict(rc=7, connect=0, code=0, error='curl: (7) Failed to connect'), True),
+    (dict(rc=56, connect=403, code=0, error='curl: (56) CONNECT tunnel failed, response 403'), False),
+    (dict(rc=28, connect=200, code=0, error='curl: (28) Operation timed out'), False),   # the tunnel opened
+    (dict(rc=0, connect=0, code=403, error=''), False),
+    (dict(rc=0, connect=200, code=401, error=''), False),
+    (None, False),
+])
+def test_got_no_answer(result, none):
+    assert _doctor_probes.got_no_answer(result) is none
+
+
+UNRESOLVED = ('PIDOCTOR 000 000\nPIDOCTOR-rc 28\nPIDOCTOR-headers\nPIDOCTOR-stderr\n'
+              'curl: (28) Resolving timed out after 5000 ms\n')
+ANSWERED = 'PIDOCTOR 401 200\nPIDOCTOR-rc 0\nPIDOCTOR-headers\nPIDOCTOR-stderr\n'
+
+
+@pytest.mark.parametrize('outputs, names, rc', [
+    ([ANSWERED], ['pi-dispatch-egress-probe-provider-7'], 0),
+    ([UNRESOLVED, ANSWERED], ['pi-dispatch-egress-probe-provider-7', 'pi-dispatch-egress-probe-provider-7-again'], 0),
+    ([UNRESOLVED, UNRESOLVED], ['pi-dispatch-egress-probe-provider-7',
+                                'pi-dispatch-egress-probe-provider-7-again'], 28),
+])
+def test_a_probe_whose_proxy_name_never_resolved_runs_once_more_in_a_fresh_container(
+        monkeypatch, outputs, names, rc):
+    """On Podman 4.3 a container that joined while aardvark-dns reloaded can stay unknown to it: its every
+    try times out resolving the proxy (measured in the Podman gate). One fresh container, never more."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import containers as _containers
+    started = []
+
+    def fake_run_container(ctx, key, name, script, net, results, wait, address=None):
+        started.append(name)
+        results[key] = (outputs[len(started) - 1], None)
+    monkeypatch.setattr(_containers, 'run_container', fake_run_container)
+    ctx = type('Ctx', (), dict(probe_timeout=5, start_grace=20, pid=7, proxy='p', proxy_port=3128))()
+    monkeypatch.setattr(_containers, 'probe_env', lambda c: ('http://p:3128', {}))
+    results = {}
+    _containers.run_probe(ctx, 'provider', 'https://api.provider.test/', 'net', results)
+    assert started == names
+    assert results['provider'][0]['rc'] == rc
 
 
 P = 'api.provider.test'
