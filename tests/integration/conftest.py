@@ -35,6 +35,10 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names  # noqa: E402
+
+DOCTOR_LABEL = 'io.pi-dispatch.egress.doctor'
 
 # A tunnel held open by a client across a reload: argv = proxy, host, port, file prefix. It writes
 # <prefix>-open (the CONNECT status line), waits (at most 120 s) for <prefix>-go, then sends a GET
@@ -67,7 +71,20 @@ open(prefix + "-result", "w").write(data.decode("utf-8", "replace"))
 '''
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SUFFIX = os.environ.get('PI_EGRESS_IT_SUFFIX', '-it')
+
+
+def worker_suffix(environ=os.environ):
+    """The names' suffix: ``$PI_EGRESS_IT_SUFFIX`` (default ``-it``), plus ``-<worker>`` under pytest-xdist.
+
+    ``./run``'s integration gate runs the suite on parallel workers (``-n``, ``--dist loadfile``); each worker
+    is a session of its own and builds its own world, so two workers never share a container, a network or
+    a deployment folder. The tests marked ``alone`` run afterwards without workers (docs/testing.md).
+    """
+    worker = environ.get('PYTEST_XDIST_WORKER')
+    return environ.get('PI_EGRESS_IT_SUFFIX', '-it') + ('-' + worker if worker else '')
+
+
+SUFFIX = worker_suffix()
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
 # The proxy image the session's site.yml runs (the proxy role builds it under this tag when it is not
 # current). PI_EGRESS_IT_PROXY_IMAGE keeps a run apart from another one on the same daemon.
@@ -351,6 +368,71 @@ def create_upstream_network(client, name):
     return net.attrs['IPAM']['Config'][0]['Subnet']
 
 
+def create_pool_network(client, name, **kwargs):
+    """An ``--internal`` bridge network on a free subnet of the job pool, picked and made under the job-network lock.
+
+    The product's creators pick a subnet and create the network under one host-wide lock per daemon
+    (``_jobnets/lock.py``); a test that made its own pool network outside it could race another worker's
+    creator for the same subnet (the daemon refuses the second as overlapping).
+    """
+    with _jobnet_lock.held(client) as token:
+        net = client.networks.create(name, driver='bridge', internal=True,
+                                     ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(_jobnet.plan_subnet(client)))]),
+                                     **kwargs)
+        token.changed()
+    return net
+
+
+def _label_pid(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def doctor_objects_left(client):
+    """The doctor's labelled containers and networks that a FINISHED run left behind (this process's own too).
+
+    A doctor run removes its objects before it ends (docs/doctor.md); objects whose run is still alive in
+    another process (another worker's doctor, on this shared daemon) are not this test's and are skipped.
+    An object whose run ended while we looked is checked again, so a run that removed its objects and
+    exited between the listing and the pid check is not counted.
+    """
+    def finished(labels, name=''):
+        pid = _label_pid((labels or {}).get(DOCTOR_LABEL))
+        pid = _doctor_names.probe_pid(name) if pid is None else pid
+        return pid is None or pid == os.getpid() or not _pid_alive(pid)
+
+    def listing():
+        seen = client.api.containers(all=True, filters={'label': DOCTOR_LABEL})
+        seen += client.api.containers(all=True, filters={'name': _doctor_names.PROBE_PREFIX})
+        found = ['container %s' % (c['Names'][0].lstrip('/'),)
+                 for c in seen if finished(c.get('Labels'), c['Names'][0].lstrip('/'))]
+        found += ['network %s' % n['Name'] for n in client.api.networks(filters={'label': DOCTOR_LABEL})
+                  if finished(n.get('Labels'))]
+        found += ['network %s' % n['Name'] for n in client.api.networks(filters={'name': 'pi-job-doctor-'})
+                  if finished({DOCTOR_LABEL: _doctor_net_pid(n['Name'])})]
+        return set(found)
+    first = listing()
+    return sorted(first & listing()) if first else []
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _doctor_net_pid(name):
+    """The pid in an isolation network's name ``pi-job-doctor-<pid>-<peer>-net``."""
+    parts = name.split('-')
+    return parts[3] if len(parts) > 3 else None
+
+
 @pytest.fixture(scope='session')
 def engine():
     try:
@@ -401,9 +483,7 @@ def egress_env(engine, tmp_path_factory):
     _wait_fake_ready(client, env.fake)
 
     # A real job network comes from the job pool (its gateway is refused with the pool).
-    client.networks.create(env.job_net, driver='bridge', internal=True,
-                           labels={'io.pi-dispatch.egress.test': 'client-net'},
-                           ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(_jobnet.plan_subnet(client)))]))
+    create_pool_network(client, env.job_net, labels={'io.pi-dispatch.egress.test': 'client-net'})
     client.networks.get(env.job_net).connect(env.proxy)
     client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=env.client_container, detach=True,
                           network=env.job_net, labels={'io.pi-dispatch.egress.test': 'client'})

@@ -20,7 +20,7 @@ from conftest import ROOT, _remove_container, _remove_network, ansible_env
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import interceptor as _interceptor
 
-SUFFIX = os.environ.get('PI_EGRESS_IT_SUFFIX', '-it')
+from conftest import SUFFIX  # noqa: E402  (the worker's suffix under pytest-xdist)
 TOOLS_IMAGE = 'pi-dispatch-egress-tools:test'
 INTERCEPTOR_IMAGE = os.environ.get('PI_EGRESS_IT_INTERCEPTOR_IMAGE', 'pi-dispatch-egress-interceptor:latest')
 PROXY_IMAGE = os.environ.get('PI_EGRESS_IT_PROXY_IMAGE', 'pi-dispatch-egress-proxy:latest')

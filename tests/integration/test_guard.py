@@ -21,10 +21,9 @@ import time
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
-from conftest import (TUNNEL_SCRIPT, EgressEnv, SUFFIX, TOOLS_IMAGE, run_playbook, tls_attempt, _remove_container,
-                      _remove_network)
+from conftest import (TUNNEL_SCRIPT, EgressEnv, SUFFIX, TOOLS_IMAGE, create_pool_network, run_playbook, tls_attempt,
+                      _remove_container, _remove_network)
 
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 
 pytestmark = pytest.mark.integration
@@ -59,10 +58,7 @@ def _gateway(client, name):
 
 
 def _pool_network(client, name):
-    from docker.types import IPAMConfig, IPAMPool
-    subnet = _jobnet.plan_subnet(client)
-    client.networks.create(name, driver='bridge', internal=True, labels=dict(LABEL),
-                           ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]))
+    create_pool_network(client, name, labels=dict(LABEL))
     return _gateway(client, name)
 
 

@@ -20,10 +20,9 @@ docker = pytest.importorskip('docker')
 from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
 from conftest import (  # noqa: E402
-    FAKE_ALIASES, SUFFIX, TOOLS_IMAGE, EgressEnv, _remove_container, _remove_network, _wait_fake_ready,
-    _wait_path_ready, tls_attempt)
+    FAKE_ALIASES, SUFFIX, TOOLS_IMAGE, EgressEnv, create_pool_network, _remove_container, _remove_network,
+    _wait_fake_ready, _wait_path_ready, tls_attempt)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions  # noqa: E402
-from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -95,9 +94,7 @@ def v6env(engine, tmp_path_factory):
         rc, out, _recap = env.site()
         if rc != 0:
             pytest.fail('site.yml (IPv6 upstream) failed (rc=%s):\n%s' % (rc, out[-6000:]))
-        client.networks.create(env.job_net, driver='bridge', internal=True,
-                               labels={'io.pi-dispatch.egress.test': 'client-net'},
-                               ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(_jobnet.plan_subnet(client)))]))
+        create_pool_network(client, env.job_net, labels={'io.pi-dispatch.egress.test': 'client-net'})
         client.networks.get(env.job_net).connect(env.proxy)
         client.containers.run(TOOLS_IMAGE, ['sleep', 'infinity'], name=env.client_container, detach=True,
                               network=env.job_net, labels={'io.pi-dispatch.egress.test': 'client'})

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import SUFFIX, TOOLS_IMAGE, _remove_container, _remove_network, run_playbook
+from conftest import SUFFIX, TOOLS_IMAGE, _remove_container, _remove_network, doctor_objects_left, run_playbook
 
 docker = pytest.importorskip('docker')
 
@@ -177,7 +177,7 @@ def test_doctor_squid_version_public_suffix_and_no_secret(sec_world, tmp_path):
     assert unread['status'] == 'notrun', lines
     assert NET in unread['message'], unread
     assert 'proxy.squid_current' not in by_id and 'proxy.squid_outdated' not in by_id
-    assert not client.api.containers(all=True, filters={'name': 'pi-dispatch-egress-probe-squid-'})
+    assert not [c for c in doctor_objects_left(client) if 'pi-dispatch-egress-probe-squid-' in c]
     # The public-suffix entry is warned about, with a fix.
     suffix = by_id['overlay.public_suffix']
     assert suffix['status'] == 'warn' and suffix['message'].startswith('.co.uk ') and suffix['fix'], lines

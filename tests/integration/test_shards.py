@@ -16,7 +16,7 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
-from conftest import ip_on, serving, tcp_reaches  # noqa: E402
+from conftest import doctor_objects_left, ip_on, serving, tcp_reaches  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files  # noqa: E402
@@ -233,8 +233,7 @@ def test_the_doctor_reports_both_members_and_runs_the_canary_through_the_shard(s
     assert 'proxy.shard_stopped' not in by_id and 'proxy.shard_health' not in by_id
     # the doctor's own networks and probes are gone; the shard still carries only its job network
     client = sharded['client']
-    assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
-    assert not client.api.containers(all=True, filters={'label': 'io.pi-dispatch.egress.doctor'})
+    assert not doctor_objects_left(client)
     assert jn.proxy_family(client, proxy)[1].job_networks == [sharded['nets'][2].network]
 
 
@@ -273,7 +272,7 @@ def test_a_stopped_proxy_with_a_serving_shard_is_checked_through_the_shard(shard
         # and what the line says is true: the job on the shard still reaches the provider, and only it
         assert _curl(on_shard, proxy, 'https://api.provider.test/v1/messages') == (0, 200, 401)
         assert _curl(on_shard, proxy, 'https://denied.test/')[1] == 403
-        assert not client.api.networks(filters={'label': 'io.pi-dispatch.egress.doctor'})
+        assert not doctor_objects_left(client)
     finally:
         client.api.start(proxy)
         deadline = time.monotonic() + 60

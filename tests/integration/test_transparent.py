@@ -17,7 +17,7 @@ import pytest
 
 docker = pytest.importorskip('docker')
 
-from conftest import SUFFIX, TOOLS_IMAGE, _remove_container, _remove_network, _wait_fake_ready  # noqa: E402
+from conftest import SUFFIX, TOOLS_IMAGE, _remove_container, _remove_network, _wait_fake_ready, doctor_objects_left  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as tp  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import optins as _optins  # noqa: E402
@@ -342,10 +342,9 @@ def test_the_doctor_proves_the_transparent_path(tworld, tmp_path):
     assert 'udp/123' in got['transparent.wide']['message']
     assert rc == 0, out[-4000:]
     # the canary's network and probe are gone
-    left = [n['Name'] for n in tworld.client.api.networks(filters={'name': 'pi-job-doctor-'})]
+    left = doctor_objects_left(tworld.client)
     assert not [n for n in left if n.endswith('-t-net')], left
-    probes = [c.name for c in tworld.client.containers.list(all=True)]
-    assert not [name for name in probes if name.startswith('pi-dispatch-egress-probe-transparent-')], probes
+    assert not [n for n in left if 'pi-dispatch-egress-probe-transparent-' in n], left
 
 
 # --- issue 42: the gateway under hostile input -----------------------------------------------------
@@ -501,3 +500,87 @@ def test_a_client_hello_with_ech_is_refused(tworld):
 def _quote(text):
     import shlex
     return shlex.quote(text)
+
+
+# --- issue 43: the gateway's root control socket ---------------------------------------------------
+
+def _control_raw(path, payload, as_uid=None):
+    """Send raw bytes on the control socket (as ``as_uid`` when given); the answer, or the client's error."""
+    import subprocess
+    import sys
+    code = ('import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.settimeout(20)\ntry:\n s.connect(sys.argv[1])\n'
+            'except OSError as e:\n print("CONNECT", type(e).__name__); sys.exit(0)\n'
+            'try:\n s.sendall(sys.stdin.buffer.read()); s.shutdown(socket.SHUT_WR)\nexcept OSError:\n pass\n'
+            'print(s.recv(65536).decode())\n')
+    python = '/usr/bin/python3' if as_uid is not None else sys.executable
+    out = subprocess.run([python, '-c', code, path], input=payload, capture_output=True, timeout=30,
+                         preexec_fn=(lambda: os.setuid(as_uid)) if as_uid is not None else None)
+    return out.stdout.decode('utf-8', 'replace') + out.stderr.decode('utf-8', 'replace')
+
+
+def test_the_control_socket_is_root_only_and_strict(tworld):
+    """Issue 43 item 3: a job network is configured and forgotten through the gateway's control socket (no
+    docker exec); it sits in a root-only folder (0700, socket 0600) on no network; the gateway's own unprivileged
+    resolver cannot reach it, a host peer of another uid is refused by its credentials even when it can, and a
+    malformed request gets its error and changes nothing."""
+    import stat
+    client = tworld.client
+    path = gw.control_socket(client, tworld.gateway)
+    assert path and path.startswith(os.path.realpath(tworld.env.deploy_dir) + os.sep), path
+    folder = os.path.dirname(path)
+    st_dir, st_sock = os.lstat(folder), os.lstat(path)
+    assert stat.S_ISDIR(st_dir.st_mode) and st_dir.st_uid == 0 and stat.S_IMODE(st_dir.st_mode) == 0o700, st_dir
+    assert stat.S_ISSOCK(st_sock.st_mode) and st_sock.st_uid == 0 and stat.S_IMODE(st_sock.st_mode) == 0o600, st_sock
+    # a job network made now is configured through the socket (the gateway's log says so), not docker exec
+    made = jn.create_job_network(client, 'it43-ctl' + SUFFIX, proxy_name=tworld.env.proxy, mode='transparent',
+                                 gateway_name=tworld.gateway, deploy_dir=tworld.env.deploy_dir)
+    try:
+        _control_checks(tworld, path, made.network)
+    finally:
+        jn.teardown_job_network(client, made.job_id, proxy_name=tworld.env.proxy, gateway_name=tworld.gateway)
+    logs = client.api.logs(tworld.gateway, tail=200).decode('utf-8', 'replace')
+    assert 'control: forget %s' % made.network in logs, logs[-3000:]
+    assert made.network not in [n['network'] for n in tp.counters(client, tworld.gateway)['networks']]
+
+
+def _control_checks(tworld, path, victim):
+    client = tworld.client
+    logs = client.api.logs(tworld.gateway, tail=200).decode('utf-8', 'replace')
+    assert 'control: configure %s' % victim in logs, logs[-3000:]
+    before = tp.counters(client, tworld.gateway)['networks']
+    assert victim in [n['network'] for n in before], before
+    # malformed requests: the gateway's words, nothing written, applied or forgotten
+    for request, words in (
+            ({'op': 'configure', 'config': {'network': '../../etc/x'}}, 'config keys'),
+            ({'op': 'forget', 'network': victim + '/../x'}, 'is not a network name'),
+            ({'op': 'apply'}, "op 'apply' is not configure or forget")):
+        with pytest.raises(gw.GatewayError) as info:
+            gw.control_request(path, tworld.gateway, request)
+        assert words in str(info.value), info.value
+    for payload, words in ((b'{"op": "forget", "op": "forget", "network": "%s"}' % victim.encode(), 'duplicate key'),
+                           (b'{"op": "forget", "network": "' + b'x' * 70000 + b'"}', 'larger than 65536 bytes'),
+                           (b'\xff', 'not UTF-8')):
+        out = _control_raw(path, payload)
+        assert '"ok": false' in out and words in out, out
+    # the resolver and relays' user (what a job that took them over would be) cannot reach the socket
+    rc, out = client.containers.get(tworld.gateway).exec_run(
+        ['python3', '-c', 'import socket; socket.socket(socket.AF_UNIX).connect("%s/%s")'
+         % (gw.CONTROL_DIR, gw.CONTROL_SOCKET)], user='pigw')
+    assert rc != 0 and b'PermissionError' in out, out
+    # a host process of another uid that reaches the socket (a link in an open folder): refused by SO_PEERCRED
+    import shutil
+    import tempfile
+    opened = tempfile.mkdtemp(prefix='it43-ctl-', dir='/tmp')
+    os.chmod(opened, 0o755)
+    link = os.path.join(opened, 's')
+    try:
+        os.link(path, link)
+        os.chmod(link, 0o666)
+        out = _control_raw(link, b'{"op": "forget", "network": "%s"}' % victim.encode(), as_uid=65534)
+    finally:
+        os.chmod(path, 0o600)
+        shutil.rmtree(opened)
+    assert 'refused: the peer is uid 65534, only uid 0 may use the control socket' in out, out
+    assert tp.counters(client, tworld.gateway)['networks'] == before
+    rc, out = tworld.sh('a', 'curl -sS -k -o /dev/null -w "%{http_code}" --max-time 10 https://api.provider.test/')
+    assert out.strip()[-3:].isdigit() and out.strip()[-3:] != '000', out
