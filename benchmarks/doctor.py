@@ -5,7 +5,8 @@
 
 Runs ``_doctor.Doctor.run()`` (proxy lines, sweep, the canary's three probes,
 three probes per declared model endpoint and the two isolation peers with their
-two job networks, all concurrently, then teardown) --runs times against a
+two job networks, all concurrently, then teardown; the checks that need no
+canary fact beside it, at most 4 at a time) --runs times against a
 running proxy and prints, per run and as a median, the doctor's wall time, the
 slowest probe container's time and the ratio. The probes run concurrently, so
 the ratio should stay close to 1 (run one after another they would take the
@@ -46,6 +47,7 @@ def main():
     ap.add_argument('--timeout', type=int, default=10, help='curl seconds per probe (default 10)')
     ap.add_argument('--runs', type=int, default=5)
     ap.add_argument('--no-isolation', action='store_true', help='skip the job-to-job isolation check')
+    ap.add_argument('--no-mirror', action='store_true', help='skip the squid mirror check (an --internal upstream)')
     args = ap.parse_args()
 
     client = dc.connect(None, 60)
@@ -53,12 +55,15 @@ def main():
     for run in range(1, args.runs + 1):
         options = doctor_mod.DoctorOptions(args.proxy, args.deploy_dir, args.probe_image, provider_host=args.provider,
                                            deny_host=args.deny, listed_host=args.listed, probe_timeout=args.timeout,
-                                           isolation=not args.no_isolation)
+                                           isolation=not args.no_isolation, squid_candidate=not args.no_mirror)
         doc = doctor_mod.Doctor(client, options)
         started = time.monotonic()
         lines = doc.run()
         wall = time.monotonic() - started
-        probes = dict((key, value) for key, value in doc.timings.items() if key != 'total')
+        # timings: one key per probe container, check.<name> per group of checks (issue 43), squid, total
+        probes = dict((key, value) for key, value in doc.timings.items()
+                      if key not in ('total', 'squid') and not key.startswith('check.'))
+        checks = dict((key[len('check.'):], value) for key, value in doc.timings.items() if key.startswith('check.'))
         if not probes:
             print('run %d: no probe ran:' % run)
             print(doctor_mod.render_report(lines))
@@ -66,9 +71,10 @@ def main():
         slowest = max(probes.values())
         counts = doctor_mod.summary(lines)
         rows.append((wall, slowest, sum(probes.values())))
-        print('run %d: doctor %.2fs, slowest probe %.2fs (%s), ratio %.2f; probes %s; %s' % (
+        print('run %d: doctor %.2fs, slowest probe %.2fs (%s), ratio %.2f; probes %s; checks %s; %s' % (
             run, wall, slowest, max(probes, key=probes.get), wall / slowest,
             ', '.join('%s %.2fs' % item for item in sorted(probes.items())),
+            ', '.join('%s %.2fs' % item for item in sorted(checks.items(), key=lambda kv: -kv[1]) if item[1] >= 0.05),
             ', '.join('%s=%d' % item for item in sorted(counts.items()))))
     wall = statistics.median(r[0] for r in rows)
     slowest = statistics.median(r[1] for r in rows)

@@ -331,7 +331,7 @@ lines:
       description: The command that fixes it (every warn and fail has one where doctor knows it).
       type: str
 report:
-  description: The human report (grouped, with symbols and a summary count).
+  description: The human report (grouped, with symbols and a summary count), ending with the run's wall time.
   returned: always
   type: str
 json_lines:
@@ -349,7 +349,7 @@ actions:
   type: list
   elements: str
 timings:
-  description: Seconds per probe and in total.
+  description: Seconds per probe container, per group of checks (C(check.<name>)), and in total (C(total)).
   returned: always
   type: dict
 '''

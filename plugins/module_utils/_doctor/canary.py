@@ -29,7 +29,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolati
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.mcp import mcp_only_endpoints
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
-    LABEL, NETWORK_PREFIX, PEERS, endpoint_probe_name, network_name, peer_name, probe_name, probe_shard,
+    LABEL, NETWORK_PREFIX, PEERS, SELF_REMOVED, endpoint_probe_name, network_name, peer_name, probe_name, probe_shard,
     shard_network_name)
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.probes import (
     ENDPOINT_PROBE_LABELS, ENDPOINT_PROBES, PROBES, as_mcp, classify_deny, classify_endpoint_plain,
@@ -178,10 +178,13 @@ def teardown(ctx: DoctorContext, net: str, created: bool, shard_nets: Sequence[T
     """
     lines = []
     stuck = {}
-    peers = set(peer_name(peer, ctx.pid) for peer in PEERS)  # the isolation check removes its own
+    # The isolation check removes its own peers, and the checks of SELF_REMOVED (which may run beside the canary)
+    # their own probes: removing one of those here could cut it while it runs.
+    others = set(peer_name(peer, ctx.pid) for peer in PEERS) | set(probe_name(probe, ctx.pid)
+                                                                    for probe in SELF_REMOVED)
     with ctx.lock:
         names = [probe_name(probe, ctx.pid) for probe in PROBES] + \
-            [name for name in ctx.launched if name not in peers]
+            [name for name in ctx.launched if name not in others]
     for name in sorted(set(names)):
         try:
             ctx.client.api.remove_container(name, force=True)
@@ -341,6 +344,9 @@ class CanaryCheck(Check):
                 lines.extend(lane_canary)
                 endpoint_lines.extend(lane_endpoints)
         finally:
+            # The probes' teardown first, while the isolation check may still run: it never touches the peers
+            # or their job networks (the isolation check's own teardown does).
+            lines.extend(teardown(ctx, net, created, [(lane.net, lane.name) for lane in lanes]))
             if iso_thread is not None:
                 iso_thread.join(ISOLATION_CONNECT_TIMEOUT * 2 + ctx.start_grace + 60)
                 isolation_lines = list(iso_out) or [Line('isolation.notrun', 'notrun',
@@ -349,5 +355,4 @@ class CanaryCheck(Check):
                 isolation_lines = isolation_skipped('doctor_isolation is false')
             else:
                 isolation_lines = isolation_skipped(PROXY_DOWN)
-            lines.extend(teardown(ctx, net, created, [(lane.net, lane.name) for lane in lanes]))
         return lines, endpoint_lines, isolation_lines

@@ -99,6 +99,13 @@ def probe_wait(ctx: DoctorContext, timeout: int) -> int:
     return timeout + ctx.start_grace + resolve_allowance(timeout)
 
 
+def again_name(name: str, pid: int) -> str:
+    """The fresh container's name for a probe run once more: ``-again`` before the pid, which stays last, so a
+    killed run's is one of that run's probes to the next run's sweep (``names.probe_pid``)."""
+    tail = '-%d' % int(pid)
+    return name[:-len(tail)] + '-again' + tail if name.endswith(tail) else name + '-again'
+
+
 def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict, timeout: Optional[int] = None,
               tunnel: bool = False, name: Optional[str] = None, connect_to: Optional[str] = None) -> None:
     """One curl through the proxy in a probe container; results[probe] = (parsed output, None) or (None, why)."""
@@ -115,7 +122,7 @@ def run_probe(ctx: DoctorContext, probe: str, url: str, net: str, results: dict,
         # or the proxy's own lookup after a restart; measured in the Podman gate: "Resolving timed out",
         # "Connection timed out"). Once more, from a fresh container; its result, whatever it is, is the probe's.
         raw = {}
-        run_container(ctx, probe, name + '-again', script, net, raw, probe_wait(ctx, timeout))
+        run_container(ctx, probe, again_name(name, ctx.pid), script, net, raw, probe_wait(ctx, timeout))
         text, why = raw.get(probe, (None, 'it did not finish'))
     if text is None:
         results[probe] = (None, why)

@@ -43,10 +43,11 @@ run finds was left by a killed run (the sweep).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import jobpool as _jobpool
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import parse_pool
@@ -79,6 +80,16 @@ DEFAULT_PROBE_TIMEOUT = 10
 DEFAULT_PROBE_START_GRACE = 20
 DEFAULT_ENDPOINT_TIMEOUT = 15  # the seed: no answer within 15 s means the server is stuck or busy
 
+# The checks that run while the canary runs (Doctor.run), at most MAX_WORKERS at a time: none reads a fact the
+# canary leaves in the context, and none touches the canary's networks or probes (the canary's teardown leaves the
+# probes of names.SELF_REMOVED to their checks). Not among them: the guard, which reads the proxy's /etc/hosts (the
+# engine rewrites it while the proxy joins a network), so it runs before anything of this run is made; the decision
+# log, read after the canary as before; and the firewall's presence, which compares the host's tables with the
+# networks there are (a network outside the pool created since reads as stale), so it is read before this run makes
+# any network, and only its gateway probe (firewall.FirewallCheck.split) runs beside the canary.
+MAX_WORKERS = 4
+BESIDE_CANARY = ('include', 'route', 'overlay', 'mcp', 'transparent', 'credentials', 'openshell', 'forge')
+
 
 # --- the report ------------------------------------------------------------------------------------
 
@@ -89,8 +100,9 @@ def summary(lines: Iterable[Line]) -> Dict[str, int]:
     return counts
 
 
-def render_report(lines: Sequence[Line]) -> str:
-    """The human report: lines grouped, each with its symbol, fixes under them, a summary."""
+def render_report(lines: Sequence[Line], wall: Optional[float] = None) -> str:
+    """The human report: lines grouped, each with its symbol, fixes under them, a summary; ``wall``: the run's
+    seconds, said on a last line (``doctor run: 12.3 s``)."""
     out = []
     for group, title in GROUPS:
         members = [line for line in lines if line.group == group]
@@ -106,6 +118,8 @@ def render_report(lines: Sequence[Line]) -> str:
     counts = summary(lines)
     out.append(u'%d checks: %d \u2713, %d \u26a0, %d \u2717, %d not run' % (
         len(lines), counts['ok'], counts['warn'], counts['fail'], counts['notrun']))
+    if wall is not None:
+        out.append(u'doctor run: %.1f s' % wall)
     return u'\n'.join(out) + u'\n'
 
 
@@ -245,41 +259,63 @@ class Doctor(object):
     def pid(self) -> int:
         return self.ctx.pid
 
+    def _timed(self, name: str, step: Optional[Callable[[], Any]] = None) -> Any:
+        """``checks[name].lines(ctx)`` (or ``step()``, one step of it), timed in ``ctx.timings['check.<name>']``
+        (the steps of one check add up)."""
+        started = time.monotonic()
+        try:
+            return step() if step is not None else list(self.checks[name].lines(self.ctx))
+        finally:
+            key = 'check.' + name
+            self.ctx.timings[key] = self.ctx.timings.get(key, 0.0) + time.monotonic() - started
+
     def run(self) -> List[Line]:
-        """Every check in report order; the lines of the whole report."""
+        """Every check in report order; the lines of the whole report.
+
+        The checks of :data:`BESIDE_CANARY` run while the canary runs, at most :data:`MAX_WORKERS` at a time,
+        each its lines collected and put in its place in the report (the order never depends on which ends
+        first). The guard, the decision log and the firewall's presence are not among them (the firewall's
+        gateway probe is): see :data:`BESIDE_CANARY`.
+        """
         ctx, checks = self.ctx, self.checks
         started = time.monotonic()
         lines = []
         for name in ('probe_image', 'proxy', 'shards', 'rules'):
-            lines.extend(checks[name].lines(ctx))
-        leftovers = checks['sweep'].lines(ctx)  # swept before this run makes anything; reported last
+            lines.extend(self._timed(name))
+        leftovers = self._timed('sweep')  # swept before this run makes anything; reported last
         ctx.declared_endpoints()  # read once, for the guard, the canary and the overlay
+        beside = [name for name in BESIDE_CANARY if name in checks and (name != 'include' or ctx.proxy_running)]
+        squid = None
         if ctx.proxy_running:
             squid = _Background(checks['squid'], ctx)
-            lines.extend(checks['guard'].lines(ctx))
-            lines.extend(checks['include'].lines(ctx))
-            canary = checks['canary'].lines(ctx)
+            lines.extend(self._timed('guard'))  # before anything attaches the proxy to a network of this run
+        # The firewall's presence is read before this run makes a network; its probe runs beside the canary.
+        firewall, firewall_probe = [], None
+        split = getattr(checks.get('firewall'), 'split', None)
+        if split is not None:
+            firewall, firewall_probe = self._timed('firewall', lambda: split(ctx))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=MAX_WORKERS) as pool:
+            futures = {}
+            if firewall_probe is not None:  # first: the longest of them on a deployment without the others
+                futures['firewall'] = pool.submit(self._timed, 'firewall', firewall_probe)
+            futures.update((name, pool.submit(self._timed, name)) for name in beside)
+            canary = self._timed('canary')  # through the shards that still serve when the proxy is down, or not run
+            done = dict((name, future.result()) for name, future in futures.items())
+        if squid is not None:
+            lines.extend(done.pop('include', []))
             lines.extend(squid.join(SQUID_CANDIDATE_TIMEOUT + ctx.start_grace + 30) or
                          [squid_unfinished_line(ctx.proxy)])
-            lines.extend(canary)
-        else:
-            lines.extend(checks['canary'].lines(ctx))  # through the shards that still serve, or not run
-        if 'route' in checks:
-            lines.extend(checks['route'].lines(ctx))
-        lines.extend(checks['overlay'].lines(ctx))
-        if 'mcp' in checks:
-            lines.extend(checks['mcp'].lines(ctx))
-        lines.extend(checks['decisions'].lines(ctx))
+        lines.extend(canary)
+        for name in ('route', 'overlay', 'mcp'):
+            lines.extend(done.get(name, []))
+        if 'decisions' in checks:
+            lines.extend(self._timed('decisions'))  # after the canary, whose own requests it leaves out
         lines.extend(ctx.isolation_lines)  # the canary ran the isolation check
-        lines.extend(checks['firewall'].lines(ctx))
-        if 'transparent' in checks:
-            lines.extend(checks['transparent'].lines(ctx))
-        if 'credentials' in checks:
-            lines.extend(checks['credentials'].lines(ctx))
-        if 'openshell' in checks:
-            lines.extend(checks['openshell'].lines(ctx))
-        if 'forge' in checks:
-            lines.extend(checks['forge'].lines(ctx))
+        if split is None and 'firewall' in checks:
+            firewall = self._timed('firewall')  # a check without split(): all of it after the canary
+        lines.extend(firewall + done.get('firewall', []))
+        for name in ('transparent', 'credentials', 'openshell', 'forge'):
+            lines.extend(done.get(name, []))
         lines.extend(leftovers)
         ctx.timings['total'] = time.monotonic() - started
         return lines
@@ -345,7 +381,7 @@ def canary_result(doctor: Doctor, lines: list[Line], check_mode: bool = False) -
     return dict(
         changed=bool(doctor.actions) or would_sweep,
         lines=[line.as_dict() for line in lines],
-        report=render_report(lines),
+        report=render_report(lines, wall=doctor.timings.get('total')),
         json_lines=json_lines(lines),
         summary=summary(lines),
         actions=doctor.actions,

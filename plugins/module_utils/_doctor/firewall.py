@@ -28,7 +28,7 @@ import re
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _fw_host
@@ -163,18 +163,28 @@ class FirewallDoctor(object):
         return daemon_locality(self.ctx.docker_host, self.ctx.environ)[0]
 
     def run(self) -> List[Line]:
+        lines, rest = self.split()
+        return lines + (rest() if rest is not None else [])
+
+    def split(self) -> Tuple[List[Line], Optional[Callable[[], List[Line]]]]:
+        """(the sweep's and the presence lines, read now; the gateway probe still to run, or None).
+
+        The doctor reads the presence before its canary makes any network (a network outside the pool
+        created since reads as stale) and runs the probe, on its own job network from the pool, beside
+        the canary; its line follows the presence line in the report either way.
+        """
         if not self.options['enabled']:
-            return []
+            return [], None
         lines = []
         if not self.local():
             return [self._line('firewall.unchecked', 'notrun', 'Host firewall layer could not be checked (the daemon '
-                               'is not a unix socket on this host, and the layer is the daemon host\'s)')]
+                               'is not a unix socket on this host, and the layer is the daemon host\'s)')], None
         lines.extend(self.sweep())
         line, installed = self.presence()
         lines.append(line)
-        if self.options['probe']:
-            lines.append(self.probe(installed))
-        return lines
+        if not self.options['probe']:
+            return lines, None
+        return lines, lambda: [self.probe(installed)]
 
     # --- presence -------------------------------------------------------------------------------
     def presence(self) -> Tuple[Line, bool]:
@@ -391,7 +401,14 @@ class Listener(object):
 
 
 class FirewallCheck(Check):
-    """Every firewall line for one doctor run, with the options in ``ctx.firewall``."""
+    """Every firewall line for one doctor run, with the options in ``ctx.firewall``.
+
+    ``split(ctx)`` is the same in two steps (``FirewallDoctor.split``): the doctor reads the presence
+    before its canary and runs the probe beside it.
+    """
 
     def lines(self, ctx: DoctorContext) -> List[Line]:
         return FirewallDoctor(ctx, ctx.firewall).run()
+
+    def split(self, ctx: DoctorContext) -> Tuple[List[Line], Optional[Callable[[], List[Line]]]]:
+        return FirewallDoctor(ctx, ctx.firewall).split()

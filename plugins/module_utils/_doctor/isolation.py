@@ -163,6 +163,8 @@ class IsolationCheck(Check):
         try:
             nets = {}
             try:
+                # One after the other: a's network first (tests/integration/test_doctor.py's broken layout, b
+                # sharing a's network, depends on it; made at once they saved about 0.5 s of a 10 s run).
                 for peer in PEERS:
                     nets[peer] = _jobnet_lifecycle.create_job_network(
                         ctx.client, isolation_job_id(ctx.pid, peer), proxy_name=ctx.proxy, pool=ctx.job_pool,
@@ -217,17 +219,35 @@ class IsolationCheck(Check):
             lines.extend(_teardown(ctx, made))
 
 
-def _teardown(ctx: DoctorContext, made: List[str]) -> List[Line]:
-    """Every peer first (a peer may sit on either network), then the job networks."""
-    lines = []
-    stuck = {}
-    for peer in PEERS:
-        name = peer_name(peer, ctx.pid)
+def _each_at_once(fn: Any, peers: Sequence[str]) -> Dict[str, Optional[Exception]]:
+    """peer -> None, or what ``fn(peer)`` raised; every peer's call in its own thread, all joined."""
+    out: Dict[str, Optional[Exception]] = {}
+
+    def one(peer: str) -> None:
         try:
-            ctx.client.api.remove_container(name, force=True)
+            fn(peer)
+            out[peer] = None
         except Exception as exc:
-            if not dc.is_not_found(exc):
-                stuck[peer] = (name, dc.api_message(exc))
+            out[peer] = exc
+    threads = [threading.Thread(target=one, args=(peer,)) for peer in peers]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return out
+
+
+def _teardown(ctx: DoctorContext, made: List[str]) -> List[Line]:
+    """Every peer first (a peer may sit on either network), then the job networks; the two of each at once."""
+    lines = []
+    removed = _each_at_once(lambda peer: ctx.client.api.remove_container(peer_name(peer, ctx.pid), force=True),
+                            PEERS)
+    stuck = dict((peer, (peer_name(peer, ctx.pid), dc.api_message(exc))) for peer, exc in removed.items()
+                 if exc is not None and not dc.is_not_found(exc))
+    torn = _each_at_once(lambda peer: _jobnet_teardown.teardown_job_network(
+        ctx.client, isolation_job_id(ctx.pid, peer), proxy_name=ctx.proxy), [peer for peer in made
+                                                                            if peer not in stuck])
     for peer in made:
         net = isolation_network_name(ctx.pid, peer)
         if peer in stuck:
@@ -235,12 +255,8 @@ def _teardown(ctx: DoctorContext, made: List[str]) -> List[Line]:
             lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down '
                               '(the peer %s would not go: %s)' % (net, name, why),
                               fix='docker rm -f %s; the next doctor run sweeps %s' % (name, net)))
-            continue
-        try:
-            _jobnet_teardown.teardown_job_network(ctx.client, isolation_job_id(ctx.pid, peer),
-                                                  proxy_name=ctx.proxy)
-        except Exception as exc:
+        elif torn.get(peer) is not None:
             lines.append(Line('isolation.cleanup', 'warn', 'Job-to-job isolation: %s could not be torn down (%s)'
-                              % (net, ' '.join(str(exc).split())),
+                              % (net, ' '.join(str(torn[peer]).split())),
                               fix='docker network inspect %s, then docker network rm %s' % (net, net)))
     return lines

@@ -39,6 +39,9 @@ PEERS = ('a', 'b')
 # labels), named for the doctor's pid so the sweep finds them after a kill.
 ISOLATION_NET_RE = re.compile(r'^pi-job-doctor-(\d+)-([ab])-net$')
 ISOLATION_NET_PREFIX = 'pi-job-doctor-'
+# The probes (pi-dispatch-egress-probe-<probe>-<pid>) of checks that remove their own, and may run while the canary
+# runs (doctor.BESIDE_CANARY) or after it: the canary's teardown never removes them (canary.teardown).
+SELF_REMOVED = ('firewall', 'transparent', 'credentials', 'squid')
 
 
 def network_name(pid: int) -> str:

@@ -429,9 +429,9 @@ ANSWERED = 'PIDOCTOR 401 200\nPIDOCTOR-rc 0\nPIDOCTOR-headers\nPIDOCTOR-stderr\n
 
 @pytest.mark.parametrize('outputs, names, rc', [
     ([ANSWERED], ['pi-dispatch-egress-probe-provider-7'], 0),
-    ([UNRESOLVED, ANSWERED], ['pi-dispatch-egress-probe-provider-7', 'pi-dispatch-egress-probe-provider-7-again'], 0),
+    ([UNRESOLVED, ANSWERED], ['pi-dispatch-egress-probe-provider-7', 'pi-dispatch-egress-probe-provider-again-7'], 0),
     ([UNRESOLVED, UNRESOLVED], ['pi-dispatch-egress-probe-provider-7',
-                                'pi-dispatch-egress-probe-provider-7-again'], 28),
+                                'pi-dispatch-egress-probe-provider-again-7'], 28),
 ])
 def test_a_probe_whose_proxy_name_never_resolved_runs_once_more_in_a_fresh_container(
         monkeypatch, outputs, names, rc):

@@ -80,10 +80,13 @@ def test_a_running_proxy_runs_every_check_in_order_over_one_context():
     lines = doc.run()
     assert [line.message for line in lines] == REPORT
     # The sweep runs before anything is made and is reported last; squid runs beside guard, include
-    # and the canary (in a thread), so only its place among the others is fixed.
+    # and the canary (in a thread), so only its place among the others is fixed. The checks of
+    # BESIDE_CANARY run while the canary runs (issue 43): their report order is fixed, not their calls.
     calls = [name for name in recorder.calls if name != 'squid']
-    assert calls == ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard', 'include', 'canary', 'route',
-                     'overlay', 'mcp', 'decisions', 'firewall', 'transparent', 'credentials', 'forge']
+    assert calls[:6] == ['probe_image', 'proxy', 'shards', 'rules', 'sweep', 'guard']
+    assert sorted(calls[6:-2]) == sorted(['include', 'canary', 'route', 'overlay', 'mcp', 'transparent',
+                                          'credentials', 'forge'])
+    assert calls[-2:] == ['decisions', 'firewall']
     assert 'squid' in recorder.calls and 'isolation' not in recorder.calls  # the canary's to run
     assert recorder.contexts == {id(doc.ctx)}
     assert 'total' in doc.timings and doc.actions == [] and doc.pid == 7
