@@ -140,39 +140,6 @@ def test_through_squid_the_bound_host_gets_the_secret(world):
     assert '[redacted:anthropic]' in answer['body']
 
 
-def _dechunk(raw):
-    """The body of an HTTP/1.1 chunked message (bytes), or None when its framing is broken."""
-    body, rest = b'', raw
-    while True:
-        size_line, sep, rest = rest.partition(b'\r\n')
-        if not sep:
-            return None
-        size = int(size_line.split(b';')[0], 16)
-        if size == 0:
-            return body if rest == b'\r\n' else None
-        if rest[size:size + 2] != b'\r\n':
-            return None
-        body, rest = body + rest[:size], rest[size + 2:]
-
-
-@pytest.mark.parametrize('size, streamed', [(1024 * 1024, False), (2 * 1024 * 1024, True)], ids=['1MiB', '2MiB'])
-def test_through_squid_a_large_answer_of_the_bound_host_is_streamed_whole(world, size, streamed):
-    """Issue 43: an answer over 1 MiB (Content-Length, no encoding) is redacted as it streams (chunked to the
-    job, the same bytes); one of 1 MiB is buffered and keeps its Content-Length, as before."""
-    answer = world.request('api.provider.test', [('x-api-key', world.placeholders['anthropic'])],
-                           path='/bytes/%d' % size, via='job')
-    assert answer['error'] is None and ' 200 ' in (answer['status'] or '') + ' ', answer['status']
-    head = answer['headers'].lower().split('\r\n')
-    raw = answer['body'].encode('latin-1')
-    if streamed:
-        assert 'transfer-encoding: chunked' in head and not [h for h in head if h.startswith('content-length:')]
-        body = _dechunk(raw)
-    else:
-        assert 'content-length: %d' % size in head and 'transfer-encoding: chunked' not in head
-        body = raw
-    assert body is not None and len(body) == size and body == b'x' * size
-
-
 def test_an_unbound_listed_host_is_a_plain_tunnel(world):
     """No credential is bound to it: squid splices it, the job sees the provider's own certificate."""
     path = _marker()
