@@ -16,7 +16,10 @@ a drift of the machine falls on both alike:
 * ``total``: both.
 
 Then the teardown (not timed). Prints p50 and p90 of each, and the ratios transparent / explicit of
-the p50s. Asserts nothing. Everything it made is removed at the end, also on Ctrl-C.
+the p50s, then the transparent create in phases: the network and the proxy attach, the gateway attach,
+and its configure (the network's file applied: through the gateway's control socket, or, for a gateway
+without one, ``put_archive`` + ``docker exec gatewayd apply``; ``via`` says which). Asserts nothing.
+Everything it made is removed at the end, also on Ctrl-C.
 """
 
 import argparse
@@ -66,7 +69,29 @@ def main():
     import docker
     from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
 
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as tp
+
     client = docker.from_env(timeout=120)
+    phases = dict(attach=[], configure=[])
+    via = set()
+
+    def timed(key, fn):
+        def wrap(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                phases[key].append(time.perf_counter() - t)
+        return wrap
+    tp.connect_proxy = timed('attach', tp.connect_proxy)  # in transparent.py: the gateway's attach only
+    tp.configure = timed('configure', tp.configure)
+    control_socket = tp.control_socket
+
+    def which(c, name):
+        path = control_socket(c, name)
+        via.add('control socket' if path else 'docker exec')
+        return path
+    tp.control_socket = which
     times = {jn.EXPLICIT: dict(create=[], request=[], total=[]), jn.TRANSPARENT: dict(create=[], request=[], total=[])}
     made = []
     try:
@@ -96,6 +121,13 @@ def main():
         print('%-14s %.3f / %.3f      %.3f / %.3f      %.2f' % (
             label, statistics.median(e), _pct(e, 0.9), statistics.median(t), _pct(t, 0.9),
             statistics.median(t) / statistics.median(e)))
+    creates = times[jn.TRANSPARENT]['create']
+    rest = [c - a - f for c, a, f in zip(creates, phases['attach'], phases['configure'])]
+    print('transparent create in phases (p50 / p90), configure via %s:' % ', '.join(sorted(via)))
+    for label, values in (('network + proxy attach + inspect', rest), ('gateway attach', phases['attach']),
+                          ('configure (file + apply)', phases['configure'])):
+        if values:
+            print('  %-34s %.3f / %.3f' % (label, statistics.median(values), _pct(values, 0.9)))
 
 
 if __name__ == '__main__':

@@ -32,6 +32,8 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway 
     GATEWAY_NAME,
     NETS_DIR,
     GatewayError,
+    control_request,
+    control_socket,
     exec_gatewayd,
 )
 
@@ -131,7 +133,16 @@ def _tar(name: str, data: bytes) -> bytes:
 
 
 def configure(client: Any, gateway: str, conf: Dict[str, Any]) -> None:
-    """Write the network's file into the gateway and apply it. Raises GatewayError."""
+    """Write the network's file into the gateway and apply it. Raises GatewayError.
+
+    Through the gateway's root control socket when it has one (no new process); else (a gateway made before
+    it had one) the file is copied in and ``gatewayd apply`` run through ``docker exec``."""
+    reply = control_request(control_socket(client, gateway), gateway, dict(op='configure', config=conf))
+    if reply is not None:
+        if conf['network'] not in (reply.get('networks') or []):
+            raise GatewayError('The gateway %s did not apply %s (it is not on that network: docker logs %s)'
+                               % (gateway, conf['network'], gateway))
+        return
     data = json.dumps(conf, sort_keys=True).encode('utf-8')
     try:
         ok = client.api.put_archive(gateway, NETS_DIR, _tar(conf['network'] + '.json', data))
@@ -144,7 +155,8 @@ def configure(client: Any, gateway: str, conf: Dict[str, Any]) -> None:
 
 
 def forget(client: Any, gateway: str, network: str) -> None:
-    exec_gatewayd(client, gateway, ['forget', network])
+    if control_request(control_socket(client, gateway), gateway, dict(op='forget', network=network)) is None:
+        exec_gatewayd(client, gateway, ['forget', network])
 
 
 def counters(client: Any, gateway: str) -> Dict[str, Any]:

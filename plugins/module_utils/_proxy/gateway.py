@@ -13,7 +13,10 @@ the proxy mounts them.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import stat
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import (
@@ -33,6 +36,16 @@ GATEWAYD = '/usr/lib/pi-dispatch/gatewayd'
 # the proxy's are, so a flood of opted-in ports or connections cannot take the host's descriptors.
 NOFILE = 16384
 NETS_DIR = '/var/lib/pi-gateway/nets'
+# The root control socket (``gatewayd control``): a folder of the deployment folder, mode 0700, bind-mounted
+# at CONTROL_DIR; the job-network API configures and forgets a network through it (no docker exec per
+# network). On no network: only root on the host reaches it.
+CONTROL_DIR = '/run/pi-gateway-control'
+CONTROL_SOCKET = 'control.sock'
+CONTROL_HOST_DIR = 'gateway-control'
+CONTROL_LIMIT = 65536
+CONTROL_TIMEOUT = 30.0
+# sun_path holds 108 bytes with its NUL: a longer path cannot be connected to (the exec path is used).
+SUN_PATH_MAX = 107
 # What the gateway reads of the deployment folder, and where.
 MOUNTS = (
     (_deployment.ALLOWLIST, '/etc/pi-dispatch/egress-allowlist.conf'),
@@ -45,6 +58,30 @@ class GatewayError(EngineError):
     """The gateway could not be started or told about a job network."""
 
 
+def control_dir(deploy_dir: str, name: str = GATEWAY_NAME) -> str:
+    """The host folder of the gateway ``name``'s control socket (pure)."""
+    return os.path.join(os.path.realpath(deploy_dir), CONTROL_HOST_DIR, name)
+
+
+def prepare_control_dir(path: str) -> None:
+    """Make ``path`` (and its parent) a folder of this user, mode 0700, no link; GatewayError when it cannot be."""
+    for folder in (os.path.dirname(path), path):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise GatewayError('Cannot create %s (the gateway\'s control socket folder): %s. Nothing was changed.'
+                               % (folder, exc))
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise GatewayError('%s is not a folder of uid %d (a link, a file, or another owner\'s): the gateway\'s '
+                               'control socket is not put there. Remove it and run again. Nothing was changed.'
+                               % (folder, os.geteuid()))
+        if st.st_mode & 0o077:
+            os.chmod(folder, 0o700)
+
+
 def desired(deploy_dir: str, upstream_network: str, proxy_name: str, image: str = GATEWAY_IMAGE,
             name: str = GATEWAY_NAME, dns: Optional[List[str]] = None) -> Dict[str, Any]:
     """The gateway container's wanted shape (pure)."""
@@ -54,6 +91,7 @@ def desired(deploy_dir: str, upstream_network: str, proxy_name: str, image: str 
         binds[source] = dict(bind=target, mode='ro')
     # The job networks' files outlive the container: a recreated gateway (an upgrade) applies them again.
     binds[name + '-nets'] = dict(bind=NETS_DIR, mode='rw')
+    binds[control_dir(deploy_dir, name)] = dict(bind=CONTROL_DIR, mode='rw')
     return dict(
         name=name, image=image, network=upstream_network, binds=binds, dns=list(dns or []),
         labels={LABEL_ROLE: ROLE, LABEL_PROXY: proxy_name},
@@ -151,6 +189,9 @@ def ensure(client: Any, spec: Dict[str, Any], check_mode: bool = False, allow_cu
             if bind['mode'] == 'ro' and not os.path.isfile(source):
                 raise GatewayError('%s is missing: the gateway mounts it. Lay out the deployment folder first '
                                    '(playbooks/site.yml). Nothing was changed.' % source)
+        for source, bind in spec['binds'].items():
+            if bind['bind'] == CONTROL_DIR:
+                prepare_control_dir(source)
         host_config = api.create_host_config(
             binds=spec['binds'], network_mode=spec['network'], cap_drop=spec['cap_drop'], cap_add=spec['cap_add'],
             security_opt=spec['security_opt'], sysctls=spec['sysctls'], restart_policy=spec['restart_policy'],
@@ -218,11 +259,19 @@ def remove(client: Any, name: str, check_mode: bool = False) -> Dict[str, Any]:
         raise GatewayError('The gateway %s still carries the transparent job networks %s. Nothing was removed. '
                            'Tear them down first (job_network state=absent, or job_network_gc).'
                            % (name, ', '.join(jobs)))
+    sockets = [os.path.join(m['Source'], CONTROL_SOCKET) for m in attrs.get('Mounts') or []
+               if m.get('Destination') == CONTROL_DIR and m.get('Type') == 'bind' and m.get('Source')]
     if not check_mode:
         try:
             client.api.remove_container(name, force=True)
         except Exception as exc:
             raise GatewayError('Removing the gateway %s failed: %s' % (name, api_message(exc)))
+        for path in sockets:  # its control socket folder (nothing else is in it)
+            for clean in (os.unlink, os.rmdir):
+                try:
+                    clean(path if clean is os.unlink else os.path.dirname(path))
+                except OSError:
+                    pass
     actions = ['remove %s' % name]
     _remove_volume(client, name, actions, check_mode)
     return dict(changed=True, actions=actions, differences=[])
@@ -241,3 +290,67 @@ def exec_gatewayd(client: Any, name: str, argv: List[str]) -> str:
     if code != 0:
         raise GatewayError('gatewayd %s in %s exited %s: %s' % (' '.join(argv), name, code, text.strip()[-800:]))
     return text
+
+
+def control_socket(client: Any, name: str) -> Optional[str]:
+    """The host path of the gateway ``name``'s control socket, or None (a gateway made before it had one)."""
+    attrs = _inspect(client, name)
+    for mount in (attrs or {}).get('Mounts') or []:
+        if mount.get('Destination') == CONTROL_DIR and mount.get('Type') == 'bind' and mount.get('Source'):
+            return os.path.join(mount['Source'], CONTROL_SOCKET)
+    return None
+
+
+def control_request(path: Optional[str], name: str, request: Dict[str, Any], timeout: float = CONTROL_TIMEOUT
+                    ) -> Optional[Dict[str, Any]]:
+    """Send one request to the gateway's control socket at ``path``; its answer (``ok`` true).
+
+    None when no control socket answers there (no path, no socket, nobody listening, a path too long for a
+    Unix socket): the caller uses ``docker exec`` instead. GatewayError when the gateway refused the request
+    or failed doing it (its words), or the exchange broke half-way; nothing is retried then.
+    """
+    if not path or len(path.encode('utf-8')) > SUN_PATH_MAX:
+        return None
+    data = json.dumps(request, sort_keys=True).encode('utf-8')
+    if len(data) > CONTROL_LIMIT:
+        raise GatewayError('The request for the gateway %s is %d bytes, more than its control socket takes (%d). '
+                           'Nothing was sent.' % (name, len(data), CONTROL_LIMIT))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        except OSError as exc:
+            raise GatewayError('Connecting to the control socket %s of the gateway %s failed: %s. Only root may use '
+                               'it.' % (path, name, exc))
+        chunks = []
+        try:
+            try:
+                sock.sendall(data)
+                sock.shutdown(socket.SHUT_WR)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused before it read the request (the peer's uid): its answer says why
+            size = 0
+            while size <= (1 << 20):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as exc:
+            raise GatewayError('The control socket of the gateway %s broke off (%s); docker logs %s shows why.'
+                               % (name, exc or type(exc).__name__, name))
+    finally:
+        sock.close()
+    try:
+        reply = json.loads(b''.join(chunks).decode('utf-8'))
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        raise GatewayError('The gateway %s gave no answer on its control socket (docker logs %s shows why).'
+                           % (name, name))
+    if reply.get('ok') is not True:
+        raise GatewayError('The gateway %s refused %s: %s' % (name, request.get('op'), reply.get('error')))
+    return reply
