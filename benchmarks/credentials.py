@@ -124,8 +124,8 @@ def main():
         net = jn.create_job_network(client, job_id, proxy_name=world_mod.PROXY, routes=[],
                                     credentials_dir=world.deploy_dir, shard_bound=0)
         out = client.containers.run(
-            world_mod.TOOLS_IMAGE, ['python3', '-c', JOB, str(args.rounds), str(args.download_mb * 1048576),
-                                     str(args.keepalive)],
+            world_mod.TOOLS_IMAGE,
+            ['python3', '-c', JOB, str(args.rounds), str(args.download_mb * 1048576), str(args.keepalive)],
             name=net.container, network=net.network, environment=net.env, labels=world_mod.LABEL, remove=True)
         times = json.loads(out.decode().strip().splitlines()[-1])
     finally:

@@ -300,8 +300,8 @@ def main():
     print('%-10s %12s %10s %10s   %s' % ('path', 'median MB/s', '/ plain', '/ direct', 'each run'))
     for name in [n for _l, n in proxies] + ['direct']:
         median = statistics.median(rates[name])
-        print('%-10s %12.1f %10.2f %10.2f   %s' % (labels[name], median, median / plain, median / direct,
-                                                    ' '.join('%.0f' % r for r in rates[name])))
+        runs = ' '.join('%.0f' % r for r in rates[name])
+        print('%-10s %12.1f %10.2f %10.2f   %s' % (labels[name], median, median / plain, median / direct, runs))
     if times:
         base = times[proxies[1][1]]
         print('%d new connections through each proxy, interleaved' % args.rounds)

@@ -73,13 +73,14 @@ open(prefix + "-result", "w").write(data.decode("utf-8", "replace"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def worker_suffix(environ=os.environ):
+def worker_suffix(environ=None):
     """The names' suffix: ``$PI_EGRESS_IT_SUFFIX`` (default ``-it``), plus ``-<worker>`` under pytest-xdist.
 
     ``./run``'s integration gate runs the suite on parallel workers (``-n``, ``--dist loadfile``); each worker
     is a session of its own and builds its own world, so two workers never share a container, a network or
     a deployment folder. The tests marked ``alone`` run afterwards without workers (docs/testing.md).
     """
+    environ = os.environ if environ is None else environ
     worker = environ.get('PYTEST_XDIST_WORKER')
     return environ.get('PI_EGRESS_IT_SUFFIX', '-it') + ('-' + worker if worker else '')
 
@@ -401,7 +402,7 @@ def doctor_objects_left(client):
     def finished(labels, name=''):
         pid = _label_pid((labels or {}).get(DOCTOR_LABEL))
         pid = _doctor_names.probe_pid(name) if pid is None else pid
-        return pid is None or pid == os.getpid() or not _pid_alive(pid)
+        return pid is None or pid == os.getpid() or not _doctor_names.pid_alive(pid)
 
     def listing():
         seen = client.api.containers(all=True, filters={'label': DOCTOR_LABEL})
@@ -415,16 +416,6 @@ def doctor_objects_left(client):
         return set(found)
     first = listing()
     return sorted(first & listing()) if first else []
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _doctor_net_pid(name):

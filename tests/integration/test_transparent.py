@@ -513,7 +513,7 @@ def _control_raw(path, payload, as_uid=None):
             'try:\n s.sendall(sys.stdin.buffer.read()); s.shutdown(socket.SHUT_WR)\nexcept OSError:\n pass\n'
             'print(s.recv(65536).decode())\n')
     python = '/usr/bin/python3' if as_uid is not None else sys.executable
-    out = subprocess.run([python, '-c', code, path], input=payload, capture_output=True, timeout=30,
+    out = subprocess.run([python, '-c', code, path], input=payload, capture_output=True, timeout=30, check=False,
                          preexec_fn=(lambda: os.setuid(as_uid)) if as_uid is not None else None)
     return out.stdout.decode('utf-8', 'replace') + out.stderr.decode('utf-8', 'replace')
 

@@ -180,8 +180,8 @@ def teardown(ctx: DoctorContext, net: str, created: bool, shard_nets: Sequence[T
     stuck = {}
     # The isolation check removes its own peers, and the checks of SELF_REMOVED (which may run beside the canary)
     # their own probes: removing one of those here could cut it while it runs.
-    others = set(peer_name(peer, ctx.pid) for peer in PEERS) | set(probe_name(probe, ctx.pid)
-                                                                    for probe in SELF_REMOVED)
+    others = set(peer_name(peer, ctx.pid) for peer in PEERS)
+    others |= set(probe_name(probe, ctx.pid) for probe in SELF_REMOVED)
     with ctx.lock:
         names = [probe_name(probe, ctx.pid) for probe in PROBES] + \
             [name for name in ctx.launched if name not in others]

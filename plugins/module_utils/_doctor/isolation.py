@@ -245,9 +245,9 @@ def _teardown(ctx: DoctorContext, made: List[str]) -> List[Line]:
                             PEERS)
     stuck = dict((peer, (peer_name(peer, ctx.pid), dc.api_message(exc))) for peer, exc in removed.items()
                  if exc is not None and not dc.is_not_found(exc))
+    left = [peer for peer in made if peer not in stuck]
     torn = _each_at_once(lambda peer: _jobnet_teardown.teardown_job_network(
-        ctx.client, isolation_job_id(ctx.pid, peer), proxy_name=ctx.proxy), [peer for peer in made
-                                                                            if peer not in stuck])
+        ctx.client, isolation_job_id(ctx.pid, peer), proxy_name=ctx.proxy), left)
     for peer in made:
         net = isolation_network_name(ctx.pid, peer)
         if peer in stuck:
