@@ -44,7 +44,8 @@ CONTROL_SOCKET = 'control.sock'
 CONTROL_HOST_DIR = 'gateway-control'
 CONTROL_LIMIT = 65536
 CONTROL_TIMEOUT = 30.0
-# sun_path holds 108 bytes with its NUL: a longer path cannot be connected to (the exec path is used).
+# sun_path holds 108 bytes with its NUL: a longer path is connected to through its folder's descriptor
+# (/proc/self/fd/<n>/<socket>, _connect), so a deployment folder deep in the file system keeps the socket.
 SUN_PATH_MAX = 107
 # What the gateway reads of the deployment folder, and where.
 MOUNTS = (
@@ -301,15 +302,28 @@ def control_socket(client: Any, name: str) -> Optional[str]:
     return None
 
 
+def _connect(sock: socket.socket, path: str) -> None:
+    """Connect ``sock`` to the Unix socket at ``path``, however long the path: one longer than sun_path is
+    reached through an ``O_PATH`` descriptor of its folder (``/proc/self/fd/<n>/<name>``, the same inode)."""
+    if len(path.encode('utf-8')) <= SUN_PATH_MAX:
+        sock.connect(path)
+        return
+    folder = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        sock.connect('/proc/self/fd/%d/%s' % (folder, os.path.basename(path)))
+    finally:
+        os.close(folder)
+
+
 def control_request(path: Optional[str], name: str, request: Dict[str, Any], timeout: float = CONTROL_TIMEOUT
                     ) -> Optional[Dict[str, Any]]:
     """Send one request to the gateway's control socket at ``path``; its answer (``ok`` true).
 
-    None when no control socket answers there (no path, no socket, nobody listening, a path too long for a
-    Unix socket): the caller uses ``docker exec`` instead. GatewayError when the gateway refused the request
+    None when no control socket answers there (no path, no socket, nobody listening): the caller uses
+    ``docker exec`` instead. GatewayError when the gateway refused the request
     or failed doing it (its words), or the exchange broke half-way; nothing is retried then.
     """
-    if not path or len(path.encode('utf-8')) > SUN_PATH_MAX:
+    if not path:
         return None
     data = json.dumps(request, sort_keys=True).encode('utf-8')
     if len(data) > CONTROL_LIMIT:
@@ -319,7 +333,7 @@ def control_request(path: Optional[str], name: str, request: Dict[str, Any], tim
     sock.settimeout(timeout)
     try:
         try:
-            sock.connect(path)
+            _connect(sock, path)
         except (FileNotFoundError, ConnectionRefusedError):
             return None
         except OSError as exc:

@@ -33,7 +33,8 @@ def test_prepare_control_dir_makes_0700_and_refuses_a_link(tmp_path):
         G.prepare_control_dir(str(tmp_path / 'gateway-control' / 'gw2'))
 
 
-@pytest.mark.parametrize('path', [None, '', '/nonexistent/control.sock', '/' + 'x' * 120 + '/control.sock'])
+@pytest.mark.parametrize('path', [None, '', '/nonexistent/control.sock', '/' + 'x' * 120 + '/control.sock',
+                                  '/nonexistent/' + 'x' * 120 + '.sock'])
 def test_no_socket_answers_means_the_exec_path(path):
     assert G.control_request(path, 'gw', dict(op='forget', network='n')) is None
 
@@ -49,7 +50,14 @@ def test_a_socket_nobody_listens_on_means_the_exec_path(tmp_path):
 def _server(tmp_path, answer):
     path = str(tmp_path / 'c.sock')
     srv = socket.socket(socket.AF_UNIX)
-    srv.bind(path)
+    if len(path) > G.SUN_PATH_MAX:  # bind through the folder's descriptor, as the client connects
+        folder = os.open(str(tmp_path), os.O_PATH | os.O_DIRECTORY)
+        try:
+            srv.bind('/proc/self/fd/%d/c.sock' % folder)
+        finally:
+            os.close(folder)
+    else:
+        srv.bind(path)
     srv.listen(1)
     got = []
 
@@ -88,6 +96,18 @@ def test_an_answer_is_returned(tmp_path):
     path, got, thread = _server(tmp_path, b'{"ok": true, "networks": ["n"]}')
     assert G.control_request(path, 'gw', dict(op='forget', network='n'), timeout=10) == {'ok': True, 'networks': ['n']}
     thread.join(10)
+
+
+def test_a_socket_whose_path_is_longer_than_sun_path_is_reached(tmp_path):
+    """A deployment folder deep in the file system (pytest-xdist's tmp paths made one): the socket is still used,
+    through its folder's descriptor, never silently the docker exec path."""
+    deep = tmp_path / ('d' * 60) / ('e' * 60)
+    deep.mkdir(parents=True)
+    path, got, thread = _server(deep, b'{"ok": true, "networks": ["n"]}')
+    assert len(path) > G.SUN_PATH_MAX
+    assert G.control_request(path, 'gw', dict(op='forget', network='n'), timeout=10) == {'ok': True, 'networks': ['n']}
+    thread.join(10)
+    assert got == [dict(op='forget', network='n')]
 
 
 def test_a_request_too_large_is_not_sent(tmp_path):
