@@ -5,6 +5,8 @@ handled end to end on a real Unix socket: a peer of another uid is refused befor
 malformed request is answered with its error, a good one is run and answered.
 """
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -15,7 +17,20 @@ import tempfile
 
 import pytest
 
-from test_gatewayd import GW
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PROGRAM = os.path.join(ROOT, 'roles', 'proxy', 'files', 'gateway', 'gatewayd')
+
+
+def _load_gatewayd():
+    # Loaded here, not imported from test_gatewayd: ansible-test units cannot import one test module from another.
+    loader = importlib.machinery.SourceFileLoader('pi_egress_gatewayd_control', PROGRAM)
+    spec = importlib.util.spec_from_loader('pi_egress_gatewayd_control', loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+GW = _load_gatewayd()
 
 GOOD = dict(network='pi-job-a1-net', job_id='a1', subnet='10.99.0.0/26', gateway='10.99.0.2',
             vrange='10.99.0.32/27', proxy='10.99.0.3', proxy_port=3128,
