@@ -86,7 +86,8 @@ DEFAULT_ENDPOINT_TIMEOUT = 15  # the seed: no answer within 15 s means the serve
 # engine rewrites it while the proxy joins a network), so it runs before anything of this run is made; the decision
 # log, read after the canary as before; and the firewall's presence, which compares the host's tables with the
 # networks there are (a network outside the pool created since reads as stale), so it is read before this run makes
-# any network, and only its gateway probe (firewall.FirewallCheck.split) runs beside the canary.
+# any network; its gateway probe (firewall.FirewallCheck.split) runs after the canary, alone, as it always did: run
+# beside the canary it once reported no probe line at all with the layer on (test_firewall, a fresh-clone CI run).
 MAX_WORKERS = 4
 BESIDE_CANARY = ('include', 'route', 'overlay', 'mcp', 'transparent', 'credentials', 'openshell', 'forge')
 
@@ -274,8 +275,8 @@ class Doctor(object):
 
         The checks of :data:`BESIDE_CANARY` run while the canary runs, at most :data:`MAX_WORKERS` at a time,
         each its lines collected and put in its place in the report (the order never depends on which ends
-        first). The guard, the decision log and the firewall's presence are not among them (the firewall's
-        gateway probe is): see :data:`BESIDE_CANARY`.
+        first). The guard, the decision log and the firewall (its presence before the canary, its gateway probe
+        after it) are not among them: see :data:`BESIDE_CANARY`.
         """
         ctx, checks = self.ctx, self.checks
         started = time.monotonic()
@@ -289,15 +290,13 @@ class Doctor(object):
         if ctx.proxy_running:
             squid = _Background(checks['squid'], ctx)
             lines.extend(self._timed('guard'))  # before anything attaches the proxy to a network of this run
-        # The firewall's presence is read before this run makes a network; its probe runs beside the canary.
+        # The firewall's presence is read before this run makes a network; its probe runs after the canary.
         firewall, firewall_probe = [], None
         split = getattr(checks.get('firewall'), 'split', None)
         if split is not None:
             firewall, firewall_probe = self._timed('firewall', lambda: split(ctx))
         with concurrent.futures.ThreadPoolExecutor(max_workers=MAX_WORKERS) as pool:
             futures = {}
-            if firewall_probe is not None:  # first: the longest of them on a deployment without the others
-                futures['firewall'] = pool.submit(self._timed, 'firewall', firewall_probe)
             futures.update((name, pool.submit(self._timed, name)) for name in beside)
             canary = self._timed('canary')  # through the shards that still serve when the proxy is down, or not run
             done = dict((name, future.result()) for name, future in futures.items())
@@ -313,7 +312,9 @@ class Doctor(object):
         lines.extend(ctx.isolation_lines)  # the canary ran the isolation check
         if split is None and 'firewall' in checks:
             firewall = self._timed('firewall')  # a check without split(): all of it after the canary
-        lines.extend(firewall + done.get('firewall', []))
+        if firewall_probe is not None:
+            firewall = firewall + self._timed('firewall', firewall_probe)
+        lines.extend(firewall)
         for name in ('transparent', 'credentials', 'openshell', 'forge'):
             lines.extend(done.get(name, []))
         lines.extend(leftovers)
