@@ -149,10 +149,15 @@ hosts:
       type: list
       elements: dict
 totals:
-  description: C(hosts), hosts per status; C(lines), the lines per status summed over the fleet.
+  description:
+    - C(hosts), hosts per status; C(lines), the lines per status summed over the fleet.
+    - C(consented), per weakening an operator consented to, the hosts whose doctor said so -
+      C(limits_unenforced), the hosts whose proxy runs without enforced memory and pids limits (rootless on
+      cgroup v1, C(egress_proxy_limits_unenforced_ok)); the report's last line names them.
   returned: always
   type: dict
-  sample: {hosts: {ok: 1, fail: 1, unreachable: 1, not run: 0}, lines: {ok: 17, warn: 0, fail: 1, notrun: 2}}
+  sample: {hosts: {ok: 1, fail: 1, unreachable: 1, not run: 0}, lines: {ok: 17, warn: 0, fail: 1, notrun: 2},
+           consented: {limits_unenforced: [engine-b]}}
 fleet_failed:
   description:
     - True when a host failed, was unreachable or was not run. Not called C(failed), which would fail the

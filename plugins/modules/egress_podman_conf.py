@@ -24,6 +24,8 @@ description:
   - Also refused, C([containers] cgroups = "disabled"). Podman then starts every container without a cgroup of
     its own, so the proxy's memory and pids limits hold nothing while C(podman inspect), and so the drift
     comparison, still reports them (measured with Podman 5.4.2).
+  - With O(limits_unenforced_ok) that one setting is reported in RV(limits_unenforced) and warned about instead of
+    refused (the consent of C(egress_proxy_limits_unenforced_ok)); the settings that map the host in stay refused.
   - Read only. A file that is not valid TOML fails the task naming the file (and the line where the parser
     says); nothing is ever changed. See C(docs/podman.md).
 author:
@@ -59,6 +61,14 @@ options:
       - Check exactly these files (and the C(*.conf) files of these folders) instead of the account's.
     type: list
     elements: path
+  limits_unenforced_ok:
+    description:
+      - Consent to C([containers] cgroups = "disabled") (the proxy's memory and pids limits hold nothing); the
+        same consent as the proxy role's C(egress_proxy_limits_unenforced_ok). Settings that map the host into
+        containers are refused whatever this says.
+    type: bool
+    default: false
+    version_added: 0.17.0
 seealso:
   - module: pi_dispatch.egress.egress_guard
 '''
@@ -80,6 +90,12 @@ refusals:
   returned: always
   type: list
   elements: dict
+limits_unenforced:
+  description: The settings admitted by O(limits_unenforced_ok) (same keys as RV(refusals)); each is also a warning.
+  returned: always
+  type: list
+  elements: dict
+  version_added: 0.17.0
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,11 +112,12 @@ def main():
             account_env=dict(type='dict', default={}),
             rootless=dict(type='bool', default=True),
             paths=dict(type='list', elements='path'),
+            limits_unenforced_ok=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    result = dict(changed=False, files=[], refusals=[])
+    result = dict(changed=False, files=[], refusals=[], limits_unenforced=[])
     if params['paths']:
         paths = params['paths']
     else:
@@ -116,7 +133,11 @@ def main():
         files, refused = _conf.check_files(paths)
     except _conf.ConfError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc, **result)
-    result.update(files=files, refusals=[item.as_dict() for item in refused])
+    refused, consented = _conf.split_consented(refused, params['limits_unenforced_ok'])
+    result.update(files=files, refusals=[item.as_dict() for item in refused],
+                  limits_unenforced=[item.as_dict() for item in consented])
+    for item in consented:
+        module.warn('consented with limits_unenforced_ok: %s' % item)
     if refused:
         module.fail_json(msg='containers.conf undoes the egress layer\'s confinement (the destination guard, or the '
                              'proxy\'s limits): %s. Nothing was changed.' % ' | '.join(str(item) for item in refused),

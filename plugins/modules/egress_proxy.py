@@ -206,6 +206,19 @@ options:
     description: With O(units), write them here instead of the format's system folder.
     type: path
     version_added: 0.14.0
+  limits_unenforced_ok:
+    description:
+      - >-
+        Consent to run the proxy on an engine that cannot apply its memory and pids limits - rootless Podman or
+        rootless Docker on a cgroup v1 host (RHEL 8, Debian 10, Ubuntu 20.04 and hosts booted that way). Without
+        it such an engine is refused before anything changes, naming the fix (cgroup v2, or the rootful engine).
+      - >-
+        With it the proxy is deployed exactly as elsewhere (created with the limits, which the engine ignores), the
+        limits are not compared with what the engine reports, RV(limits) says C(enforced=false) with the reason,
+        and the run warns. The doctor keeps saying so on every run (C(proxy.limits_unenforced)).
+    type: bool
+    default: false
+    version_added: 0.17.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -230,6 +243,14 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+limits:
+  description:
+    - Whether the engine enforces the proxy's memory and pids limits, the host's cgroup version and the engine.
+    - C(why) when they are not enforced (only deployed with O(limits_unenforced_ok)).
+  returned: when the engine was asked
+  type: dict
+  sample: {enforced: false, cgroup_version: '1', engine: Podman 4.3.1 (rootless), why: Podman 4.3.1 (rootless) runs ...}
+  version_added: 0.17.0
 actions:
   description: The actions taken (or, in check mode, that would be taken), in order.
   returned: always
@@ -394,6 +415,7 @@ def main():
         credentials_network=dict(type='str', default=_proxy_spec.CREDENTIALS_NETWORK),
         units=dict(type='str', choices=['quadlet', 'systemd']),
         units_dir=dict(type='path'),
+        limits_unenforced_ok=dict(type='bool', default=False),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
                            required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
@@ -416,9 +438,11 @@ def main():
             raise _proxy_spec.ProxyError('units %s: systemd units run the proxy only on the Podman venue, and %s '
                                          'is not Podman; leave units unset on the Docker Engine'
                                          % (p['units'], found.describe()))
-        problem = found.limits_problem() if p['state'] != 'absent' else None
-        if problem:
-            module.fail_json(msg='%s. Nothing was changed.' % problem)
+        refusal, limits = found.limits_decision(p['limits_unenforced_ok'])
+        if refusal and p['state'] != 'absent':
+            module.fail_json(msg='%s. Nothing was changed.' % refusal, limits=limits)
+        if not limits['enforced']:
+            spec = dict(spec, limits_unenforced=True)
     except dc.EngineError as exc:
         module.fail_json(msg='%s Nothing was changed.' % exc)
     except _proxy_spec.ProxyError as exc:
@@ -431,6 +455,10 @@ def main():
         module.fail_json(msg=str(exc), problems=exc.problems, **run.result)
     except (_proxy_spec.ProxyError, dc.EngineError) as exc:
         module.fail_json(msg=str(exc), **run.result)
+    run.result['limits'] = limits
+    if not limits['enforced'] and p['state'] != 'absent':
+        module.warn('the proxy runs without enforced memory and pids limits (consented with '
+                    'limits_unenforced_ok): %s' % limits['why'])
     for warning in run.warnings:
         module.warn(warning)
     module.exit_json(**run.result)

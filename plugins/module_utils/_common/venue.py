@@ -91,6 +91,21 @@ class Venue(object):
                     '(docs/podman.md)' % self.describe())
         return None
 
+    def limits_decision(self, consent: bool) -> Tuple[Optional[str], Dict[str, Any]]:
+        """(refusal or None, the ``limits`` the deploy reports) for a proxy with memory and pids limits. Pure.
+
+        Without a problem the limits are enforced. With one, the deploy is refused unless the operator consented
+        (``egress_proxy_limits_unenforced_ok``); with consent it goes on, reported as not enforced.
+        """
+        problem = self.limits_problem()
+        if problem is None:
+            return None, dict(enforced=True, cgroup_version=self.cgroup_version, engine=self.describe())
+        report = dict(enforced=False, cgroup_version=self.cgroup_version, engine=self.describe(), why=problem)
+        if consent:
+            return None, report
+        return ('%s; or, knowing the limits hold nothing there, consent with egress_proxy_limits_unenforced_ok: '
+                'true (module option limits_unenforced_ok)' % problem), report
+
     def as_dict(self) -> Dict[str, Any]:
         return dict(kind=self.kind, version=self.version, api_version=self.api_version, rootless=self.rootless)
 

@@ -81,6 +81,11 @@ LINES: List[Tuple[str, str, str, str]] = [
      'Egress proxy missing: there is no container <proxy>, so every new job is refused'),
     ('proxy.stopped', 'proxy', 'fail', 'Egress proxy stopped (<proxy> is <state>), so every new job is refused'),
     ('proxy.health', 'proxy', 'ok', 'Egress proxy health: <health>'),
+    # Only on an engine that cannot apply the limits (rootless on cgroup v1), deployed with the consent.
+    ('proxy.limits_unenforced', 'proxy', 'warn',
+     'Egress proxy limits not enforced: <engine> on a cgroup v<version> host applies no memory or pids limit to '
+     '<proxy> (it reports Memory=<memory>, PidsLimit=<pids>); a job that floods the proxy can take the host\'s '
+     'memory and processes'),
     # Proxy shards (_doctor/shards.py): only when the proxy has shards.
     ('proxy.shards', 'proxy', 'ok', 'Egress proxy family of <count>, with state, health and job networks: <members>'),
     ('proxy.shard_stopped', 'proxy', 'fail', 'Egress proxy shard stopped (<shard> is <state>): <what>'),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import guard as _guard
@@ -256,12 +257,38 @@ def proxy_attrs(ctx: DoctorContext) -> Optional[dict]:
         raise dc.EngineError('Inspecting container %s failed: %s' % (ctx.proxy, dc.api_message(exc)))
 
 
+LIMITS_FIX = ('boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1; the default of Debian 11, RHEL 9, '
+              'Ubuntu 21.10 and later), or run the proxy on the rootful engine; until then the deploy runs only with '
+              'egress_proxy_limits_unenforced_ok: true (docs/podman.md)')
+
+
+def limits_line(proxy: str, attrs: Optional[Dict[str, Any]], venue: Any) -> Optional[Line]:
+    """⚠ when the engine cannot apply the proxy's memory and pids limits (rootless on cgroup v1), else None. Pure."""
+    if attrs is None or venue is None or venue.limits_problem() is None:
+        return None
+    host = attrs.get('HostConfig') or {}
+    return Line('proxy.limits_unenforced', 'warn',
+                'Egress proxy limits not enforced: %s on a cgroup v%s host applies no memory or pids limit to %s '
+                '(it reports Memory=%s, PidsLimit=%s); a job that floods the proxy can take the host\'s memory and '
+                'processes' % (venue.describe(), venue.cgroup_version, proxy, host.get('Memory') or 0,
+                               host.get('PidsLimit') or 0),
+                fix=LIMITS_FIX)
+
+
 class ProxyCheck(Check):
-    """The running and health lines; leaves the proxy's inspect in ``ctx.attrs``."""
+    """The running and health lines (and the limits warning); leaves the proxy's inspect in ``ctx.attrs``."""
 
     def lines(self, ctx: DoctorContext) -> List[Line]:
         ctx.attrs = proxy_attrs(ctx)
-        return proxy_lines(ctx.proxy, ctx.attrs)
+        lines = proxy_lines(ctx.proxy, ctx.attrs)
+        if ctx.attrs is None:
+            return lines
+        try:
+            venue = _venue.venue(ctx.client)
+        except dc.EngineError:  # the engine answered the inspect: a later check says what it does not answer
+            return lines
+        limits = limits_line(ctx.proxy, ctx.attrs, venue)
+        return lines + ([limits] if limits else [])
 
 
 class RulesCheck(Check):

@@ -161,11 +161,23 @@ def host_lines(row: Dict[str, Any]) -> List[str]:
     return out
 
 
-def totals_of(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, int]]:
-    """Hosts per status, and the lines per status summed over the hosts the doctor ran on."""
+# Lines that say a host runs the layer with less than it is deployed with, by consent: counted per host.
+CONSENTED = (('limits_unenforced', 'proxy.limits_unenforced',
+              'the proxy runs without enforced memory and pids limits (rootless on cgroup v1)'),)
+
+
+def consented_hosts(rows: List[Dict[str, Any]]) -> Dict[str, List[str]]:
+    """For each consented weakening (:data:`CONSENTED`), the hosts whose doctor said so, in play order."""
+    return dict((key, [row['host'] for row in rows if any(line.get('id') == line_id for line in row['lines'])])
+                for key, line_id, _what in CONSENTED)
+
+
+def totals_of(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Hosts per status, the lines per status summed over the hosts the doctor ran on, and the hosts per
+    consented weakening (``limits_unenforced``)."""
     hosts = dict((status, sum(1 for row in rows if row['status'] == status)) for status in HOST_STATUSES)
     lines = dict((status, sum(row['summary'][status] for row in rows)) for status in STATUSES)
-    return dict(hosts=hosts, lines=lines)
+    return dict(hosts=hosts, lines=lines, consented=consented_hosts(rows))
 
 
 def aggregate(hosts: Sequence[str], results: Sequence[Any], unreachable: Optional[Iterable[str]] = (),
@@ -191,6 +203,10 @@ def aggregate(hosts: Sequence[str], results: Sequence[Any], unreachable: Optiona
     text.append(u'%d hosts: %s; %d checks: %s' % (
         len(rows), ', '.join('%d %s' % (totals['hosts'][status], status) for status in HOST_STATUSES),
         sum(totals['lines'].values()), _counts_text(totals['lines'])))
+    for key, _line_id, what in CONSENTED:
+        if totals['consented'][key]:
+            text.append(u'%d of %d hosts: %s: %s' % (len(totals['consented'][key]), len(rows), what,
+                                                     ', '.join(totals['consented'][key])))
     return dict(table=table(rows), lines=text, hosts=rows, totals=totals,
                 fleet_failed=any(row['status'] != 'ok' for row in rows))
 

@@ -242,10 +242,22 @@ def _cgroups_refusal(document: Mapping[str, Any], path: str) -> List[Refusal]:
                         'fix the file' % (path, value))
     if value.strip().lower() != 'disabled':
         return []
-    return [Refusal(path, '[containers] cgroups', '"%s"' % value, 'runs every container without a cgroup of its own, '
+    return [Refusal(path, CGROUPS_KEY, '"%s"' % value, 'runs every container without a cgroup of its own, '
                     'so the proxy\'s memory and pids limits do not hold while podman inspect still reports them (a '
                     'job can exhaust the host through the proxy, and the drift check cannot see it)',
                     FIX_CGROUPS % path)]
+
+
+CGROUPS_KEY = '[containers] cgroups'
+
+
+def split_consented(refused: List[Refusal], limits_unenforced_ok: bool) -> Tuple[List[Refusal], List[Refusal]]:
+    """(still refused, consented): with the operator's consent to unenforced limits, the cgroups setting moves
+    to the second list; a setting that maps the host into containers never does."""
+    if not limits_unenforced_ok:
+        return list(refused), []
+    return ([item for item in refused if item.key != CGROUPS_KEY],
+            [item for item in refused if item.key == CGROUPS_KEY])
 
 
 def refusals(document: Mapping[str, Any], path: str) -> List[Refusal]:

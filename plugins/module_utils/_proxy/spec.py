@@ -384,14 +384,24 @@ def _settings(spec: Dict[str, Any], obs: Dict[str, Any], image_id: Optional[str]
         # Podman applies sysctls but does not report them (obs None): compared where the engine says.
         ('sysctls', spec['sysctls'] if obs['sysctls'] is None else obs['sysctls'], spec['sysctls'],
          None),
-        ('memory limit (bytes)', obs['memory'], spec['memory'], None),
-        # No swap beyond the memory limit: Docker stores MemorySwap = Memory for that.
-        ('memory+swap limit (bytes)', obs['memory_swap'], spec['memory'], None),
-        ('pids limit', obs['pids_limit'], spec['pids_limit'], None),
+    ] + _limit_rows(spec, obs) + [
         ('ulimits', obs['ulimits'], _wanted_ulimits(spec), None),
         ('log config', obs['log_config'], spec['log_config'], None),
     ]
     return rows
+
+
+def _limit_rows(spec: Dict[str, Any], obs: Dict[str, Any]) -> List[Tuple[str, Any, Any, Optional[str]]]:
+    """The memory and pids rows. Where the operator consented to limits the engine cannot apply
+    (``limits_unenforced``: rootless on cgroup v1, _common/venue.py), the container is still created with them
+    and what the engine reports is taken as it is: comparing would replace the proxy on every run."""
+    # No swap beyond the memory limit: Docker stores MemorySwap = Memory for that.
+    rows = [('memory limit (bytes)', obs['memory'], spec['memory']),
+            ('memory+swap limit (bytes)', obs['memory_swap'], spec['memory']),
+            ('pids limit', obs['pids_limit'], spec['pids_limit'])]
+    if spec.get('limits_unenforced'):
+        return [(setting + ' (not enforced on this host)', have, have, None) for setting, have, _want in rows]
+    return [(setting, have, want, None) for setting, have, want in rows]
 
 
 def differences(spec: Dict[str, Any], obs: Dict[str, Any], image_id: Optional[str]) -> List[str]:

@@ -809,3 +809,33 @@ def test_canary_result_is_changed_when_it_swept(actions, would_sweep, check_mode
     result = _doctor.canary_result(doctor, lines, check_mode=check_mode)
     assert result['changed'] is changed and result['timings'] == {'probe': 0.123}
     assert set(result) == {'changed', 'lines', 'report', 'json_lines', 'summary', 'actions', 'timings'}
+
+
+# --- the limits line: rootless on cgroup v1, deployed with the consent ----------------------------------------
+
+def _limits_venue(kind, rootless, cgroup):
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
+    found = _venue.Venue(kind, '4.3.1', '1.41', rootless)
+    found.cgroup_version = cgroup
+    return found
+
+
+RUNNING_ATTRS = {'State': {'Running': True}, 'HostConfig': {'Memory': 0, 'PidsLimit': 0}}
+
+
+@pytest.mark.parametrize('kind, rootless, cgroup, attrs, warned', [
+    ('podman', True, '1', RUNNING_ATTRS, True),       # measured: Podman 4.3.1 rootless here reports Memory=0
+    ('docker', True, '1', RUNNING_ATTRS, True),       # Docker documents the same for its rootless mode
+    ('podman', False, '1', RUNNING_ATTRS, False),     # rootful on v1 applies them
+    ('podman', True, '2', RUNNING_ATTRS, False),
+    ('podman', True, '', RUNNING_ATTRS, False),       # an engine that does not say: no claim either way
+    ('podman', True, '1', None, False),               # no proxy: proxy.missing says it
+])
+def test_the_limits_line_warns_only_where_the_engine_cannot_apply_them(kind, rootless, cgroup, attrs, warned):
+    line = _doctor_proxy.limits_line('p', attrs, _limits_venue(kind, rootless, cgroup))
+    assert (line is not None) is warned
+    if warned:
+        out = line.as_dict()
+        assert out['id'] == 'proxy.limits_unenforced' and out['status'] == 'warn'
+        assert 'cgroup v1 host' in out['message'] and 'Memory=0, PidsLimit=0' in out['message']
+        assert 'cgroup v2' in out['fix'] and 'egress_proxy_limits_unenforced_ok' in out['fix']

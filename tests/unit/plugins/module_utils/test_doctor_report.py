@@ -138,7 +138,7 @@ def test_the_human_report_groups_each_hosts_lines_with_symbols_and_fixes():
 def test_totals_and_fleet_failed():
     out = fleet()
     assert out['totals'] == dict(hosts={'ok': 1, 'fail': 1, 'unreachable': 1, 'not run': 0},
-                                 lines=dict(ok=2, warn=1, fail=2, notrun=1))
+                                 lines=dict(ok=2, warn=1, fail=2, notrun=1), consented={'limits_unenforced': []})
     assert out['fleet_failed'] is True
     assert [row['status'] for row in out['hosts']] == ['ok', 'fail', 'unreachable']
     assert dr.aggregate(['a'], [result(RUNNING, DIFFER)])['fleet_failed'] is False
@@ -187,3 +187,19 @@ def test_the_json_document_and_its_file(tmp_path):
     assert dr.write_json(path, text, check_mode=True) is True
     with pytest.raises((IOError, OSError)):
         dr.write_json(str(tmp_path / 'missing' / 'fleet.json'), text)
+
+
+UNENFORCED = dict(id='proxy.limits_unenforced', status='warn',
+                  message='Egress proxy limits not enforced: Podman 4.3.1 (rootless) on a cgroup v1 host ...',
+                  fix='boot the host with cgroup v2')
+
+
+def test_hosts_that_run_without_enforced_limits_are_counted_and_named():
+    out = dr.aggregate(['a', 'b', 'c'], [result(RUNNING, UNENFORCED), result(RUNNING), result(UNENFORCED)])
+    assert out['totals']['consented'] == {'limits_unenforced': ['a', 'c']}
+    assert out['lines'][-1] == (u'2 of 3 hosts: the proxy runs without enforced memory and pids limits '
+                                u'(rootless on cgroup v1): a, c')
+    assert out['fleet_failed'] is False  # a consented weakening is a warning, not a failed host
+    assert json.loads(dr.json_document(out))['totals']['consented'] == {'limits_unenforced': ['a', 'c']}
+    clean = dr.aggregate(['a'], [result(RUNNING)])
+    assert 'limits' not in clean['lines'][-1] and clean['totals']['consented'] == {'limits_unenforced': []}

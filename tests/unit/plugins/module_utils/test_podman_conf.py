@@ -137,3 +137,22 @@ def test_check_files_names_an_unreadable_file(tmp_path):
     bad.write_bytes(b'[network]\npasta_options = ["\xff"]\n')
     with pytest.raises(_conf.ConfError, match='containers.conf: could not be read'):
         _conf.check_files([str(bad)])
+
+
+# (file, consent, still refused, consented): the consent admits the cgroups setting only, never a host mapping.
+CONSENT = [
+    ('[containers]\ncgroups = "disabled"\n', False, ['[containers] cgroups'], []),
+    ('[containers]\ncgroups = "disabled"\n', True, [], ['[containers] cgroups']),
+    ('[containers]\ncgroups = "disabled"\n[network]\npasta_options = ["--map-gw"]\n', True,
+     ['[network] pasta_options'], ['[containers] cgroups']),
+    ('[network]\npasta_options = ["--map-host-loopback", "10.0.2.9"]\n', True, ['[network] pasta_options'], []),
+    ('[engine]\nnetwork_cmd_options = ["cidr=10.1.0.0/24"]\n', True, ['[engine] network_cmd_options'], []),
+    ('[containers]\ncgroups = "enabled"\n', True, [], []),
+]
+
+
+@pytest.mark.parametrize('text, consent, refused, consented', CONSENT)
+def test_the_consent_admits_only_the_cgroups_setting(text, consent, refused, consented):
+    still, admitted = _conf.split_consented(both(text), consent)
+    assert [item.key for item in still] == refused
+    assert [item.key for item in admitted] == consented

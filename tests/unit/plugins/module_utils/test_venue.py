@@ -805,3 +805,46 @@ def test_the_limits_do_not_hold_rootless_on_cgroup_v1(case, client, refused):
     if refused:
         assert found.describe() in problem and 'cgroup v1' in problem and 'Fix: boot the host with cgroup v2' in problem
         assert 'rootful engine' in problem
+
+
+@pytest.mark.parametrize('case, client, unenforced', LIMITS, ids=[c[0] for c in LIMITS])
+@pytest.mark.parametrize('consent', [False, True])
+def test_the_limits_decision_refuses_unless_consented(case, client, unenforced, consent):
+    found = _venue.venue(client)
+    refusal, report = found.limits_decision(consent)
+    assert report['enforced'] is (not unenforced), case
+    assert report['engine'] == found.describe() and report['cgroup_version'] == found.cgroup_version
+    if not unenforced:
+        assert refusal is None and 'why' not in report
+    elif consent:
+        assert refusal is None and report['why'] == found.limits_problem()
+    else:
+        assert refusal.startswith(found.limits_problem()), refusal
+        assert 'egress_proxy_limits_unenforced_ok: true' in refusal and 'limits_unenforced_ok' in refusal
+
+
+# (what the engine reports as Memory, MemorySwap, PidsLimit; consented to unenforced limits; settings that differ)
+LIMIT_ROWS = [
+    ((0, 0, 0), False, ['memory limit (bytes)', 'memory+swap limit (bytes)', 'pids limit']),
+    ((0, 0, 0), True, []),
+    ((536870912, 536870912, 256), False, []),
+    ((536870912, 536870912, 256), True, []),
+    ((1, 2, 3), True, []),
+]
+
+
+@pytest.mark.parametrize('reported, unenforced, settings', LIMIT_ROWS)
+def test_unenforced_limits_are_not_compared(files, reported, unenforced, settings):
+    """Measured: Podman 4.3.1 rootless on cgroup v1 reports Memory=0 PidsLimit=0 for a container created
+    with limits. With consent that is what the engine can do, not drift that replaces the proxy every run."""
+    wanted = _spec.for_venue(_desired(files, extra_hosts=[OPERATOR_HOST]), PODMAN)
+    attrs, libpod = _podman_inspect(wanted)
+    host = attrs['HostConfig']
+    host['Memory'], host['MemorySwap'], host['PidsLimit'] = reported
+    if unenforced:
+        wanted = dict(wanted, limits_unenforced=True)
+    diffs = _spec.differences(wanted, _spec.observed(_venue.podman_attrs(attrs, libpod)), IMAGE_ID)
+    assert [line.split(':')[0] for line in diffs] == settings, diffs
+    if unenforced:
+        shown = _spec.shape_diff(wanted, _spec.observed(_venue.podman_attrs(attrs, libpod)), IMAGE_ID)['after']
+        assert 'memory limit (bytes) (not enforced on this host): %d' % reported[0] in shown

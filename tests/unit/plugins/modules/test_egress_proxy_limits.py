@@ -65,6 +65,29 @@ def test_rootless_on_cgroup_v1_is_refused_before_anything_changes(monkeypatch, t
     assert sorted(p.name for p in deploy.iterdir()) == ['egress-allowlist.conf']
 
 
+def test_the_refusal_names_the_consent_and_reports_the_limits(monkeypatch, tmp_path, run_module):
+    kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(deploy_dir=str(tmp_path)))
+    assert kind == 'fail' and 'egress_proxy_limits_unenforced_ok: true' in result['msg'], result
+    assert result['limits']['enforced'] is False and result['limits']['cgroup_version'] == '1'
+
+
+def test_with_consent_the_deploy_goes_on_to_the_engine(monkeypatch, tmp_path, run_module):
+    deploy = tmp_path / 'egress'
+    deploy.mkdir()
+    (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
+    kind, result = _run_limits(monkeypatch, run_module, _Client(),
+                               dict(deploy_dir=str(deploy), limits_unenforced_ok=True))
+    # past the limits check, the deploy asks the engine (a fake that fails any call that would change it)
+    assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
+    assert 'cgroup v1 host' not in result['msg']
+
+
+def test_consent_changes_nothing_where_the_limits_hold(monkeypatch, tmp_path, run_module):
+    kind, result = _run_limits(monkeypatch, run_module, _Client(cgroup_version='v2'),
+                               dict(deploy_dir=str(tmp_path), limits_unenforced_ok=True))
+    assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
+
+
 def test_removing_the_proxy_is_not_refused_there(monkeypatch, run_module):
     kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(state='absent'))
     # state=absent goes past the limits check to the engine (a fake that fails any call that asks it)
