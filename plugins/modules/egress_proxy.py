@@ -194,7 +194,8 @@ options:
         unit is stopped, then its files removed.
       - >-
         The wanted shape is the units' - restart policy C(no) (systemd restarts it), the image as
-        C(localhost/<image>), no decision log mount. A container the unit started that still differs from it
+        C(localhost/<image>), the decision log mounted and rotated as without units (since 0.17.0; before, the
+        units carried none and the log was off). A container the unit started that still differs from it
         is an error naming the unit, never replaced again.
       - >-
         Refused on the Docker Engine, and with O(credentials_include) or O(shard_bound), which the units do not

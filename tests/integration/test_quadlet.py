@@ -13,6 +13,7 @@ reboot of the host, and does a new shape restart the unit only with consent, the
 import os
 import subprocess
 import time
+from unittest import mock
 
 import pytest
 
@@ -21,6 +22,7 @@ from conftest import PROXY_IMAGE, ROOT, SUFFIX, TOOLS_IMAGE, ansible_env, docker
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import units_apply as _units
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
 
 HOST_IMAGE = 'pi-dispatch-egress-podmanhost:test'
@@ -168,8 +170,11 @@ def wanted(params_deploy_dir=DEPLOY_DIR, memory='512m'):
     params = dict(name=PROXY, image='pi-dispatch-egress-proxy:latest', network=_spec.UPSTREAM_NETWORK,
                   network_internal=True, extra_hosts=[], health_interval=5, memory=memory, pids_limit=256,
                   nofile=16384, log_max_size='10m', log_max_file=3, scope='system', account=None, units_dir=None,
-                  state='present', deploy_dir=params_deploy_dir)
-    return _units.wanted_spec(params, _deployment.paths(params_deploy_dir))
+                  state='present', deploy_dir=params_deploy_dir, decision_log=True, decision_log_dir=None,
+                  decision_log_max_size='10m', decision_log_keep=5)
+    # The rules that say the log is written live in the host, not here: they are the packaged ones (version 3).
+    with mock.patch.object(_deploy, 'rules_write_decision_log', lambda path: True):
+        return _units.wanted_spec(params, _deployment.paths(params_deploy_dir))
 
 
 def differences(host, memory='512m'):
@@ -239,8 +244,10 @@ def test_site_runs_the_proxy_as_quadlet_units_with_the_shape_egress_proxy_wants(
     since = host_clock()
     rc, out, recap = ansible.site()
     assert rc == 0 and recap.get('failed') == 0, out[-6000:]
-    assert 'Actions: create network %s (internal), write units, create, start' % _spec.UPSTREAM_NETWORK in flat(out), \
-        out[-6000:]
+    # The decision log's folder is made (and given to the proxy user) before the units are written.
+    assert ('Actions: create network %s (internal), create decision log folder %s/decisions, write units, create, '
+            'start' % (_spec.UPSTREAM_NETWORK, DEPLOY_DIR)) in flat(out), out[-6000:]
+    assert '%s/decisions:/var/log/pi-dispatch:rw' % DEPLOY_DIR in unit_file(), unit_file()
     assert starts_since(since) == 1  # the create and the start are one systemctl restart
     rc, out = in_host('systemctl is-active %s' % SERVICE)
     assert out.strip() == 'active', out + in_host('journalctl -u %s --no-pager | tail -30' % SERVICE)[1]
@@ -255,6 +262,9 @@ def test_site_runs_the_proxy_as_quadlet_units_with_the_shape_egress_proxy_wants(
     # squid serves a job: an unlisted name is refused by squid itself.
     answer = squid_answers_a_job(podman_host)
     assert ' 403 ' in answer and 'ERR_ACCESS_DENIED' in answer, answer
+    # The unit carries the decision log as the engine path does (issue 44): squid wrote the refusal there.
+    wait_for('the refusal in the decision log', lambda: (
+        '"host":"denied.test"' in in_host('cat %s/decisions/*' % DEPLOY_DIR)[1] or 'not yet'))
     # The same play again changes nothing: the units are as written, the container as wanted.
     rc, out, recap = ansible.site()
     assert rc == 0 and recap.get('changed') == 0, out[-6000:]

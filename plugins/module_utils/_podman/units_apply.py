@@ -58,9 +58,16 @@ def units_dir(scope: str, account: Optional[str], given: Optional[str],
 
 
 def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[str, Any]:
-    """The proxy's shape the units say: ``egress_proxy``'s, for Podman, restarted by systemd (``for_unit``)."""
-    options = dict(params, wait_timeout=1, mount_endpoints=True, shard_bound=None, decision_log=False,
-                   decision_log_dir=None, decision_log_max_size=None, decision_log_keep=None)
+    """The proxy's shape the units say: ``egress_proxy``'s, for Podman, restarted by systemd (``for_unit``).
+
+    The decision log is carried as ``egress_proxy`` carries it (its folder mounted read-write, its rotation in
+    the environment) when the options ask for it; ``egress_podman_units`` alone has no such option, and its
+    units mount none.
+    """
+    options = dict(params, wait_timeout=1, mount_endpoints=True, shard_bound=None,
+                   decision_log=bool(params.get('decision_log')))
+    for key in ('decision_log_dir', 'decision_log_max_size', 'decision_log_keep'):
+        options[key] = params.get(key)
     try:
         _deploy.check_options(options)
         spec = _deploy.wanted_spec(options, deploy_paths)

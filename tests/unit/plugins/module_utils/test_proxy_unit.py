@@ -260,3 +260,33 @@ def test_a_container_removed_while_waiting_for_health_is_said_removed(monkeypatc
         def reload():
             raise docker.errors.NotFound('no such container')
     assert manager(FakeClient()).wait_healthy(Gone(), timeout=5) == 'removed'
+
+
+@pytest.mark.parametrize('decision_log, mounted', [(True, True), (False, False)])
+def test_the_units_carry_the_decision_log_as_the_engine_path_does(tmp_path, decision_log, mounted):
+    """Issue 44: a venue must not lose a security feature silently; the units mount the log's folder and carry
+    its rotation exactly as egress_proxy's own container does."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import quadlet as _quadlet
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import systemd_units as _systemd
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+    deploy = tmp_path / 'egress'
+    paths = _deployment.paths(str(deploy))
+    (deploy / 'deploy').mkdir(parents=True)
+    with open(paths['rules'], 'w') as handle:
+        handle.write(_rules.packaged_rules())
+    over = dict(deploy_dir=str(deploy), decision_log=decision_log, decision_log_dir=None,
+                decision_log_max_size='10m', decision_log_keep=5)
+    spec = egress_proxy.unit_spec(params(**over), paths)
+    engine = _deploy.wanted_spec(dict(params(**over), units=None), paths)
+    assert bool(spec.get('log_mount')) is mounted
+    assert spec.get('log_mount') == engine.get('log_mount')
+    assert spec['environment'] == engine['environment']
+    quadlet = _quadlet.container_unit(spec).splitlines()
+    service = ' '.join(_systemd.run_options(spec))
+    if mounted:
+        rw = '%s:/var/log/pi-dispatch:rw' % (deploy / 'decisions')
+        assert 'Volume=' + rw in quadlet and '--volume=' + rw in service
+        assert any(line.startswith('Environment=') and 'DECISION' in line for line in quadlet)
+    else:
+        assert not [line for line in quadlet if line.endswith(':rw')] and '/var/log/pi-dispatch' not in service
