@@ -13,6 +13,7 @@ for each, and the answer and the decision log's line are asserted.
 import json
 import os
 import random
+import time
 
 import pytest
 
@@ -222,8 +223,14 @@ def test_a_job_network_carries_no_ipv6_and_an_ipv6_client_is_refused(v6env):
     assert rc == 0, out
     answers = json.loads(out.decode().strip().splitlines()[-1])
     assert [a[2][:12] for a in answers] == ['HTTP/1.1 200', 'HTTP/1.1 403', 'HTTP/1.1 403'], answers
-    records, _problems, _warnings = _decisions.read_records(os.path.join(v6env.deploy_dir, 'decisions'))
-    refused = [r for r in records if r.get('reason') == 'ipv6_client']
+    # squid writes a refusal's line as it happens, through its log daemon: wait for both (bounded), not one read.
+    deadline = time.monotonic() + 15
+    while True:
+        records, _problems, _warnings = _decisions.read_records(os.path.join(v6env.deploy_dir, 'decisions'))
+        refused = [r for r in records if r.get('reason') == 'ipv6_client']
+        if len(refused) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(refused) == 2 and all(r['verdict'] == 'refused' for r in refused), refused
 
 

@@ -80,8 +80,32 @@ def reconfigure_cmd() -> List[str]:
             ).format(pid=PEEK_PID, guard=_rules.CONTAINER_GUARD, loaded=PEEK_LOADED_GUARD, conf=PEEK_CONFIG,
                      cred=PEEK_CREDENTIALS, loaded_cred=PEEK_LOADED_CREDENTIALS, listen=PEEK_LISTEN,
                      tenths=PEEK_WAIT_TENTHS)
-    return ['sh', '-c', 'cp %s %s && { %s; } && exec squid -k reconfigure -f %s' % (
-        _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, _rules.CONTAINER_RULES)]
+    return ['sh', '-c', 'cp %s %s && { %s; } && %s' % (
+        _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, relisten_script(_rules.CONTAINER_RULES))]
+
+
+# squid's job port as /proc/net/tcp writes it (any address: 00000000:0C38); state 0A is LISTEN, field 10 the inode.
+PROXY_LISTEN = ':%04X' % _rules.PROXY_PORT
+RELISTEN_WAIT_TENTHS = 150
+_LISTENER = ('awk -v old="$1" \'$2 ~ /%s$/ && $4 == "0A" && $10 != old {f = 1; print $10} END {exit !f}\' '
+             '/proc/net/tcp')
+
+
+def relisten_script(conf: str) -> str:
+    """``squid -k reconfigure -f conf``, then wait (bounded) until squid listens on the job port again.
+
+    Measured on the proxy image: ``squid -k reconfigure`` returns once the signal is sent; squid then closes its
+    listening socket and opens a new one, and a job's connection in between is refused (curl exit 7, seen
+    under load right after a reload). The wait is for a listener whose inode differs from the one before the
+    signal, so the old socket, still open for a moment after the signal, does not count. Exits 1 when squid
+    does not listen again within ~15 s.
+    """
+    listener = _LISTENER % PROXY_LISTEN
+    return ('set -- "$({listener} 2>/dev/null | head -n 1)"; old="$1"; squid -k reconfigure -f {conf} || exit 1; '
+            'i=0; until set -- "$old" && {listener} >/dev/null; do i=$((i + 1)); '
+            '[ "$i" -lt {tenths} ] || {{ echo "squid did not listen on port {port} again within '
+            '$((i / 10)) s of the reconfigure" >&2; exit 1; }}; sleep 0.1; done'
+            ).format(listener=listener, conf=conf, tenths=RELISTEN_WAIT_TENTHS, port=_rules.PROXY_PORT)
 
 
 def mounted_digests_cmd(destinations: Iterable[str]) -> List[str]:

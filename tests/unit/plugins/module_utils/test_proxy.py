@@ -178,9 +178,12 @@ def test_allowlist_commands_compare_and_record_the_mounted_file():
     # the TLS name check (a second squid of the image) rereads a changed guard first and answers again,
     # then squid rereads everything
     script = _reload.reconfigure_cmd()[-1]
-    assert script.endswith('&& exec squid -k reconfigure -f /etc/squid/squid.conf')
+    assert script.endswith(_reload.relisten_script('/etc/squid/squid.conf'))
     peek = script.index('squid -k reconfigure -f /etc/squid/peek.conf')
-    assert peek < script.index('0100007F:0C39') < script.index('exec squid -k reconfigure -f /etc/squid/squid.conf')
+    assert peek < script.index('0100007F:0C39') < script.index('squid -k reconfigure -f /etc/squid/squid.conf')
+    # then it waits until squid listens on the job port again (a new socket: the old one closes after the signal)
+    main = script.index('squid -k reconfigure -f /etc/squid/squid.conf')
+    assert script.index('$10 != old', main) > main and 'exit 1' in script[main:]
     assert 'cmp -s /etc/pi-dispatch/egress-guard.conf /tmp/pi-egress-peek-guard.conf' in script
 
 
