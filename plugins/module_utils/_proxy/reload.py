@@ -84,11 +84,12 @@ def reconfigure_cmd() -> List[str]:
         _rules.CONTAINER_ALLOWLIST, LOADED_ALLOWLIST, peek, relisten_script(_rules.CONTAINER_RULES))]
 
 
-# squid's job port as /proc/net/tcp writes it (any address: 00000000:0C38); state 0A is LISTEN, field 10 the inode.
+# squid's job port as /proc/net/tcp and tcp6 write it (00000000:0C38, or [::]'s 32 hex digits where the proxy has
+# IPv6 and squid's one socket is dual-stack); state 0A is LISTEN, field 10 the inode.
 PROXY_LISTEN = ':%04X' % _rules.PROXY_PORT
 RELISTEN_WAIT_TENTHS = 150
-_LISTENER = ('awk -v old="$1" \'$2 ~ /%s$/ && $4 == "0A" && $10 != old {f = 1; print $10} END {exit !f}\' '
-             '/proc/net/tcp')
+_LISTENER = ('cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v old="$1" '
+             '\'$2 ~ /%s$/ && $4 == "0A" && $10 != old {f = 1; print $10} END {exit !f}\'')
 
 
 def relisten_script(conf: str) -> str:
@@ -101,7 +102,7 @@ def relisten_script(conf: str) -> str:
     does not listen again within ~15 s.
     """
     listener = _LISTENER % PROXY_LISTEN
-    return ('set -- "$({listener} 2>/dev/null | head -n 1)"; old="$1"; squid -k reconfigure -f {conf} || exit 1; '
+    return ('set -- "$({listener} | head -n 1)"; old="$1"; squid -k reconfigure -f {conf} || exit 1; '
             'i=0; until set -- "$old" && {listener} >/dev/null; do i=$((i + 1)); '
             '[ "$i" -lt {tenths} ] || {{ echo "squid did not listen on port {port} again within '
             '$((i / 10)) s of the reconfigure" >&2; exit 1; }}; sleep 0.1; done'
