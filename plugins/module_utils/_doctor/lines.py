@@ -81,11 +81,9 @@ LINES: List[Tuple[str, str, str, str]] = [
      'Egress proxy missing: there is no container <proxy>, so every new job is refused'),
     ('proxy.stopped', 'proxy', 'fail', 'Egress proxy stopped (<proxy> is <state>), so every new job is refused'),
     ('proxy.health', 'proxy', 'ok', 'Egress proxy health: <health>'),
-    # Only on an engine that cannot apply the limits (rootless on cgroup v1), deployed with the consent.
-    ('proxy.limits_unenforced', 'proxy', 'warn',
-     'Egress proxy limits not enforced: <engine> on a cgroup v<version> host applies no memory or pids limit to '
-     '<proxy> (it reports Memory=<memory>, PidsLimit=<pids>); a job that floods the proxy can take the host\'s '
-     'memory and processes'),
+    ('proxy.limits_unenforced', 'proxy', 'warn', 'Egress proxy limits not enforced: <engine> on a cgroup v<version> '
+     'host applies no memory or pids limit to <proxy> (it reports Memory=<memory>, PidsLimit=<pids>); a job that '
+     'floods the proxy can take the host\'s memory and processes'),  # rootless on cgroup v1, with the consent
     # Proxy shards (_doctor/shards.py): only when the proxy has shards.
     ('proxy.shards', 'proxy', 'ok', 'Egress proxy family of <count>, with state, health and job networks: <members>'),
     ('proxy.shard_stopped', 'proxy', 'fail', 'Egress proxy shard stopped (<shard> is <state>): <what>'),
@@ -187,8 +185,7 @@ LINES += [
     ('endpoints.include_unchecked', 'endpoints', 'warn',
      'Model endpoints: the include could not be checked (<why>)'),
     ('endpoint.tunnel', 'endpoints', 'ok',
-     'Model endpoint <id> answers through the proxy (GET http://<address>/v1/models through a CONNECT tunnel: '
-     '<code>)'),
+     'Model endpoint <id> answers through the proxy (GET http://<address>/v1/models through a CONNECT tunnel: <code>)'),
     ('endpoint.tunnel_fails', 'endpoints', 'warn',
      'Model endpoint <id> does not answer through the proxy (GET http://<address>/v1/models through a CONNECT '
      'tunnel: <what>)'),
@@ -305,8 +302,7 @@ LINES += [
      'Job network gateway answered (<gateway>:<port> on <net>: <how>): every service on 0.0.0.0 of this host '
      'answers every job; the host firewall layer is off (egress_firewall_enabled)'),
     ('firewall.probe_leaks', 'firewall', 'fail',
-     'Job network gateway answered although the host firewall layer is installed (<gateway>:<port> on <net>: '
-     '<how>)'),
+     'Job network gateway answered although the host firewall layer is installed (<gateway>:<port> on <net>: <how>)'),
     ('firewall.probe_notrun', 'firewall', 'notrun', 'Job network gateway probe did not run (<why>)'),
     ('firewall.leftover', 'firewall', 'ok',
      'Firewall probe: removed <net> (and <probe>), left by an EARLIER doctor run'),
@@ -455,8 +451,7 @@ LINES += [
      'Egress canary: <net> is kept, because the probe <probe> could not be removed and the network is the only '
      'way left to find it: docker rm -f <probe>'),
     ('leftovers.removed', 'leftovers', 'ok',
-     'Egress canary: removed <net> (after removing <probes> and detaching <endpoints>), left by an EARLIER '
-     'doctor run'),
+     'Egress canary: removed <net> (after removing <probes> and detaching <endpoints>), left by an EARLIER doctor run'),
     ('leftovers.gone', 'leftovers', 'ok',
      'Egress canary: removed <probes> and detached <endpoints> on <net>, left by an EARLIER doctor run; the '
      'network itself is gone'),

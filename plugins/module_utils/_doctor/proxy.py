@@ -23,7 +23,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import l
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line, shape
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import daemon_locality
 
 
@@ -268,10 +268,8 @@ def limits_line(proxy: str, attrs: Optional[Dict[str, Any]], venue: Any) -> Opti
         return None
     host = attrs.get('HostConfig') or {}
     return Line('proxy.limits_unenforced', 'warn',
-                'Egress proxy limits not enforced: %s on a cgroup v%s host applies no memory or pids limit to %s '
-                '(it reports Memory=%s, PidsLimit=%s); a job that floods the proxy can take the host\'s memory and '
-                'processes' % (venue.describe(), venue.cgroup_version, proxy, host.get('Memory') or 0,
-                               host.get('PidsLimit') or 0),
+                shape('proxy.limits_unenforced', engine=venue.describe(), version=venue.cgroup_version, proxy=proxy,
+                      memory=str(host.get('Memory') or 0), pids=str(host.get('PidsLimit') or 0)),
                 fix=LIMITS_FIX)
 
 
