@@ -21,6 +21,9 @@ description:
     one Docker programs its network rules with. It decides how a job network's start grows with the
     number of networks on the host (docs/job-networks.md); it is reported, never a failure.
   - The playbooks run it first on every host (role C(pi_dispatch.egress.host_check)).
+  - With O(proxy_limits_unenforced_ok) set (C(playbooks/site.yml) and C(upgrade.yml) set it), it also refuses an
+    engine that cannot apply the proxy's memory and pids limits (rootless on a cgroup v1 host) unless it is
+    V(true). It is the refusal of M(pi_dispatch.egress.egress_proxy), said before any role of the play changes anything.
   - Never changes anything.
 author:
   - pi-dispatch egress team (@pi-dispatch)
@@ -36,6 +39,14 @@ options:
     description: Also check that the Docker Engine answers (C(false) checks Python and the SDK only).
     type: bool
     default: true
+  proxy_limits_unenforced_ok:
+    description:
+      - The play deploys the proxy, with this consent (the role passes C(egress_proxy_limits_unenforced_ok)). On an
+        engine that cannot apply the proxy's memory and pids limits, V(false) fails here, naming the consent and the
+        fix, before anything changes; V(true) goes on and RV(limits) says they are not enforced.
+      - Unset, the limits are not asked about (the play deploys no proxy). Needs O(engine=true).
+    type: bool
+    version_added: 0.17.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -66,6 +77,14 @@ engine:
   returned: when I(engine=true) and the SDK is present
   type: dict
   sample: {version: 26.1.5, api_version: '1.45', docker_host: null}
+limits:
+  description:
+    - Whether the engine enforces the proxy's memory and pids limits, the host's cgroup version and the engine (the
+      report M(pi_dispatch.egress.egress_proxy) returns as C(limits)).
+  returned: when O(proxy_limits_unenforced_ok) is set and the engine answered
+  type: dict
+  sample: {enforced: false, cgroup_version: '1', engine: Podman 4.3.1 (rootless), why: Podman 4.3.1 (rootless) runs ...}
+  version_added: 0.17.0
 iptables:
   description:
     - The host's C(iptables) as C(iptables -V) names it. I(variant) is C(nft) or C(legacy), null
@@ -83,12 +102,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import allowlist as _allowlist
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._firewall import host as _firewall_host
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._fleet import host_check as _host_check
 
 
 def main():
-    module = AnsibleModule(argument_spec=dc.argument_spec(dict(engine=dict(type='bool', default=True))),
+    module = AnsibleModule(argument_spec=dc.argument_spec(dict(engine=dict(type='bool', default=True),
+                                                               proxy_limits_unenforced_ok=dict(type='bool'))),
                            supports_check_mode=True)
     result = dict(changed=False, sdk_version=None,
                   python=dict(executable=sys.executable, version='.'.join(str(p) for p in sys.version_info[:3])))
@@ -116,6 +137,14 @@ def main():
         problem = _host_check.check_api(info.get('ApiVersion', '0'), info.get('Version'), where)
         if problem:
             module.fail_json(msg=problem, **result)
+        consent = module.params['proxy_limits_unenforced_ok']
+        if consent is not None:
+            try:
+                refusal, result['limits'] = _venue.venue(client).limits_decision(consent)
+            except dc.EngineError as exc:
+                dc.fail(module, exc, result)
+            if refusal:
+                module.fail_json(msg='%s. Nothing was changed.' % refusal, **result)
     result['iptables'] = _host_check.iptables_variant(_firewall_host.Runner(timeout=10))
     module.exit_json(**result)
 

@@ -444,6 +444,8 @@ def main():
             module.fail_json(msg='%s. Nothing was changed.' % refusal, limits=limits)
         if not limits['enforced']:
             spec = dict(spec, limits_unenforced=True)
+        if not limits['ulimits_enforced']:
+            spec = dict(spec, ulimits_unapplied=True)
     except dc.EngineError as exc:
         module.fail_json(msg='%s Nothing was changed.' % exc)
     except _proxy_spec.ProxyError as exc:

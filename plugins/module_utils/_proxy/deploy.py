@@ -23,6 +23,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import lifecycle as _proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import rootless as _rootless
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _proxy_spec
@@ -130,6 +131,7 @@ class ProxyDeploy(object):
             raise _proxy_spec.ProxyError(
                 'Mount source(s) missing: %s. Lay out the deployment folder first (pi_dispatch.egress.egress_deployment'
                 ' or playbooks/site.yml), which adds what is missing and changes nothing else.' % ', '.join(missing))
+        self.check_engine_reach()
         if self.params['state'] not in ('stopped',):
             # squid reads the allowlist and the includes at every start and reconfigure: never ones
             # nobody validated (the reload path's own check, before any action).
@@ -141,6 +143,18 @@ class ProxyDeploy(object):
                                          '(playbooks/site.yml builds it locally; nothing is pulled).'
                                          % self.params['image'])
         return image_id
+
+    def check_engine_reach(self) -> None:
+        """Refuse mounts a rootless engine's account could not reach (_proxy/rootless.py), before any action:
+        the engine would fail the create halfway, after the decision log folder was made."""
+        ids = _rootless.engine_ids(self.client)
+        if ids is None:
+            return
+        log_dir = self.spec['log_mount'][0] if self.spec.get('log_mount') else None
+        refusal = _rootless.mount_refusal([src for src, _dst in self.spec['mounts']], log_dir, ids,
+                                          proxy_uid=_proxy_spec.PROXY_UID)
+        if refusal:
+            raise _proxy_spec.ProxyError('%s. Nothing was changed.' % refusal)
 
     def stale_mounts(self, container: Any) -> list[str]:
         """Differences for mounted files saved by rename (a new inode the running proxy never sees)."""

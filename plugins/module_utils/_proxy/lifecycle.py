@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import reload as _reload
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import rootless as _rootless
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import (
     CREDENTIALS_NETWORK, LABEL_NETWORK_ROLE, PROXY_UID, UPSTREAM_NETWORK, ProxyError, create_kwargs, is_job_network)
@@ -168,6 +169,19 @@ class ProxyManager(object):
             raise ProxyError('%s (egress_decision_log_dir) exists and is not a folder; move it away or name '
                              'another folder. Nothing was changed' % path)
 
+    def proxy_owner(self) -> Tuple[int, int]:
+        """The proxy user (squid's "proxy", uid and gid 13 in the container) as host ids: 13 and 13, or what a
+        rootless engine maps them to (its account's subordinate ids, _proxy/rootless.py)."""
+        ids = _rootless.engine_ids(self.client)
+        if ids is None:
+            return PROXY_UID, PROXY_UID
+        uid, gid = ids.host_uid(PROXY_UID), ids.host_gid(PROXY_UID)
+        if uid is None or gid is None:
+            raise ProxyError('The rootless engine maps no host id to the proxy user (uid %d in the container): give '
+                             'its account a subordinate range (/etc/subuid, /etc/subgid; podman system migrate). '
+                             'Nothing was changed' % PROXY_UID)
+        return uid, gid
+
     def ensure_log_dir(self) -> bool:
         """The decision log's host folder: made (0750, the proxy user's) when missing, given to the proxy user
         when it is someone else's. True when something was (or would be) done."""
@@ -175,19 +189,22 @@ class ProxyManager(object):
         if not self.spec.get('log_mount'):
             return False
         path = self.spec['log_mount'][0]
+        uid, gid = self.proxy_owner()
+        who = 'uid %d' % uid if uid == PROXY_UID else 'uid %d on this host' % uid
         if os.path.isdir(path):
             info = os.stat(path)
-            if info.st_uid == PROXY_UID:
+            if info.st_uid == uid:
                 return False
-            self.actions.append('give decision log folder %s to the proxy user (uid %d)' % (path, PROXY_UID))
+            self.actions.append('give decision log folder %s to the proxy user (%s)' % (path, who))
             if not self.check_mode:
-                os.chown(path, PROXY_UID, PROXY_UID)
+                os.chown(path, uid, gid)
             return True
-        self.actions.append('create decision log folder %s' % path)
+        self.actions.append('create decision log folder %s%s' % (
+            path, '' if uid == PROXY_UID else ' (the proxy user: %s)' % who))
         if not self.check_mode:
             os.makedirs(path, 0o750)
             os.chmod(path, 0o750)
-            os.chown(path, PROXY_UID, PROXY_UID)
+            os.chown(path, uid, gid)
         return True
 
     def ensure_network(self, internal: bool = False) -> bool:

@@ -385,7 +385,9 @@ def _settings(spec: Dict[str, Any], obs: Dict[str, Any], image_id: Optional[str]
         ('sysctls', spec['sysctls'] if obs['sysctls'] is None else obs['sysctls'], spec['sysctls'],
          None),
     ] + _limit_rows(spec, obs) + [
-        ('ulimits', obs['ulimits'], _wanted_ulimits(spec), None),
+        # An engine that drops the ulimits of an API create (rootless Podman, _common/venue.py) reports none: what it
+        # reports is taken as it is, or every run would replace the proxy.
+        ('ulimits', obs['ulimits'], obs['ulimits'] if spec.get('ulimits_unapplied') else _wanted_ulimits(spec), None),
         ('log config', obs['log_config'], spec['log_config'], None),
     ]
     return rows
