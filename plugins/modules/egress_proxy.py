@@ -248,9 +248,13 @@ limits:
   description:
     - Whether the engine enforces the proxy's memory and pids limits, the host's cgroup version and the engine.
     - C(why) when they are not enforced (only deployed with O(limits_unenforced_ok)).
+    - C(ulimits_enforced) is false on an engine that drops the ulimits (nofile, nproc) of a container created
+      through its Docker API (rootless Podman): the proxy then runs with the Podman service's own, and the
+      ulimits are not compared with what the engine reports (since 0.18.0).
   returned: when the engine was asked
   type: dict
-  sample: {enforced: false, cgroup_version: '1', engine: Podman 4.3.1 (rootless), why: Podman 4.3.1 (rootless) runs ...}
+  sample: {enforced: false, cgroup_version: '1', engine: Podman 4.3.1 (rootless), why: Podman 4.3.1 (rootless) runs ...,
+           ulimits_enforced: false}
   version_added: 0.17.0
 actions:
   description: The actions taken (or, in check mode, that would be taken), in order.
@@ -462,6 +466,10 @@ def main():
     if not limits['enforced'] and p['state'] != 'absent':
         module.warn('the proxy runs without enforced memory and pids limits (consented with '
                     'limits_unenforced_ok): %s' % limits['why'])
+    if not limits['ulimits_enforced'] and p['state'] != 'absent':
+        module.warn('%s drops the ulimits of a container created through its Docker API: the proxy runs with the '
+                    'Podman service\'s own open-files and processes limits, not nofile %d and nproc %d '
+                    '(docs/podman.md)' % (limits['engine'], p['nofile'], _proxy_spec.PODMAN_NPROC))
     for warning in run.warnings:
         module.warn(warning)
     module.exit_json(**run.result)

@@ -152,6 +152,10 @@ def test_with_the_consent_the_limits_are_reported_unenforced_and_a_second_run_ch
     assert limits['enforced'] is False and limits['cgroup_version'] == '1', limits
     assert 'rootless' in limits['engine'] and 'cgroup v2' in limits['why'], limits
     assert warning in out
+    # Rootless Podman drops the ulimits of an API create: said, warned, and not compared (no replacement above).
+    assert limits['ulimits_enforced'] is False, limits
+    assert 'drops the ulimits of a container created through its Docker API' in out, out[-3000:]
+    assert env.client.api.inspect_container(env.proxy)['HostConfig'].get('Ulimits') in (None, [])
 
 
 def test_the_proxy_runs_without_limits_as_podman_says(cgroup_v1):

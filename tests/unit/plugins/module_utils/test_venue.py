@@ -848,3 +848,35 @@ def test_unenforced_limits_are_not_compared(files, reported, unenforced, setting
     if unenforced:
         shown = _spec.shape_diff(wanted, _spec.observed(_venue.podman_attrs(attrs, libpod)), IMAGE_ID)['after']
         assert 'memory limit (bytes) (not enforced on this host): %d' % reported[0] in shown
+
+
+# (engine, whether its Docker API applies the ulimits a create names)
+ULIMITS = [
+    # Measured: Podman 4.3.1 rootless drops HostConfig.Ulimits of a compat create (inspect: Ulimits []).
+    ('rootless Podman on cgroup v1', LIMITS[0][1], False),
+    ('rootless Podman on cgroup v2', LIMITS[2][1], False),
+    ('rootful Podman on cgroup v1', LIMITS[1][1], True),
+    ('rootless Docker on cgroup v1', LIMITS[5][1], True),
+    ('rootful Docker on cgroup v1', LIMITS[7][1], True),
+]
+
+
+@pytest.mark.parametrize('case, client, applied', ULIMITS, ids=[c[0] for c in ULIMITS])
+@pytest.mark.parametrize('consent', [False, True])
+def test_the_limits_report_says_whether_the_ulimits_are_applied(case, client, applied, consent):
+    found = _venue.venue(client)
+    assert found.drops_api_ulimits is (not applied), case
+    assert found.limits_decision(consent)[1]['ulimits_enforced'] is applied, case
+
+
+@pytest.mark.parametrize('unapplied, settings', [(False, ['ulimits']), (True, [])])
+def test_ulimits_an_engine_drops_are_not_compared(files, unapplied, settings):
+    """Measured: rootless Podman 4.3.1 reports ``Ulimits: []`` for a proxy created with nofile and nproc through its
+    Docker API. Where the venue says it drops them, what it reports is taken; elsewhere the gap is drift."""
+    wanted = _spec.for_venue(_desired(files, extra_hosts=[OPERATOR_HOST]), PODMAN)
+    attrs, libpod = _podman_inspect(wanted)
+    attrs['HostConfig']['Ulimits'] = []
+    if unapplied:
+        wanted = dict(wanted, ulimits_unapplied=True)
+    diffs = _spec.differences(wanted, _spec.observed(_venue.podman_attrs(attrs, libpod)), IMAGE_ID)
+    assert [line.split(':')[0] for line in diffs] == settings, diffs

@@ -8,37 +8,6 @@ play (host_check) now says the same refusal. The engine is a fake that answers w
 from ansible_collections.pi_dispatch.egress.plugins.modules import egress_host_check as _module
 
 
-class _Response(object):
-    def __init__(self, payload):
-        self.payload = payload
-
-    def raise_for_status(self):
-        return None
-
-    def json(self):
-        return self.payload
-
-
-class _Api(object):
-    base_url = 'http+docker://localhost'
-
-    def __init__(self, cgroup_version, rootless):
-        self.info = {'host': {'security': {'rootless': rootless}, 'cgroupVersion': cgroup_version}}
-
-    def get(self, url, timeout=None):
-        assert url.endswith('/v4.0.0/libpod/info'), url
-        return _Response(self.info)
-
-
-class _Client(object):
-    def __init__(self, cgroup_version='v1', rootless=True):
-        self.api = _Api(cgroup_version, rootless)
-
-    def version(self):
-        return {'Version': '4.3.1', 'ApiVersion': '1.41',
-                'Components': [{'Name': 'Podman Engine', 'Version': '4.3.1'}]}
-
-
 def _check(monkeypatch, run_module, client, args):
     monkeypatch.setattr(_module.dc, 'module_client', lambda module, result=None: client)
     monkeypatch.setattr(_module._host_check, 'iptables_variant',
@@ -46,26 +15,27 @@ def _check(monkeypatch, run_module, client, args):
     return run_module(_module.main, args)
 
 
-def test_a_play_that_deploys_the_proxy_without_the_consent_is_refused(monkeypatch, run_module):
-    kind, result = _check(monkeypatch, run_module, _Client(), dict(proxy_limits_unenforced_ok=False))
+def test_a_play_that_deploys_the_proxy_without_the_consent_is_refused(monkeypatch, fake_engine, run_module):
+    kind, result = _check(monkeypatch, run_module, fake_engine.podman(), dict(proxy_limits_unenforced_ok=False))
     assert kind == 'fail', result
     assert result['msg'].startswith('Podman 4.3.1 (rootless) runs rootless on a cgroup v1 host'), result['msg']
     assert 'egress_proxy_limits_unenforced_ok: true' in result['msg'] and 'cgroup v2' in result['msg']
     assert result['msg'].endswith('Nothing was changed.') and result['limits']['enforced'] is False
 
 
-def test_with_the_consent_it_reports_the_limits_and_goes_on(monkeypatch, run_module):
-    kind, result = _check(monkeypatch, run_module, _Client(), dict(proxy_limits_unenforced_ok=True))
+def test_with_the_consent_it_reports_the_limits_and_goes_on(monkeypatch, fake_engine, run_module):
+    kind, result = _check(monkeypatch, run_module, fake_engine.podman(), dict(proxy_limits_unenforced_ok=True))
     assert kind == 'exit', result
     assert result['limits']['enforced'] is False and result['limits']['cgroup_version'] == '1'
     assert result['changed'] is False
 
 
-def test_a_play_without_a_proxy_is_not_asked(monkeypatch, run_module):
-    kind, result = _check(monkeypatch, run_module, _Client(), {})
+def test_a_play_without_a_proxy_is_not_asked(monkeypatch, fake_engine, run_module):
+    kind, result = _check(monkeypatch, run_module, fake_engine.podman(), {})
     assert kind == 'exit' and 'limits' not in result, result
 
 
-def test_an_engine_that_holds_the_limits_passes_without_the_consent(monkeypatch, run_module):
-    kind, result = _check(monkeypatch, run_module, _Client(cgroup_version='v2'), dict(proxy_limits_unenforced_ok=False))
+def test_an_engine_that_holds_the_limits_passes_without_the_consent(monkeypatch, fake_engine, run_module):
+    kind, result = _check(monkeypatch, run_module, fake_engine.podman(cgroup_version='v2'),
+                          dict(proxy_limits_unenforced_ok=False))
     assert kind == 'exit' and result['limits']['enforced'] is True, result

@@ -8,108 +8,57 @@ is a fake that answers what that Podman answered and fails any call that would c
 from ansible_collections.pi_dispatch.egress.plugins.modules import egress_proxy as _module
 
 
-class _Response(object):
-    def __init__(self, payload):
-        self.payload = payload
-
-    def raise_for_status(self):
-        return None
-
-    def json(self):
-        return self.payload
-
-
-class _Api(object):
-    base_url = 'http+docker://localhost'
-
-    def __init__(self, cgroup_version, rootless):
-        self.info = {'host': {'security': {'rootless': rootless}, 'cgroupVersion': cgroup_version}}
-
-    def get(self, url, timeout=None):
-        assert url.endswith('/v4.0.0/libpod/info'), url
-        return _Response(self.info)
-
-
-class _Untouchable(object):
-    def __getattr__(self, name):
-        raise AssertionError('the engine was asked to %s' % name)
-
-
-class _Client(object):
-    """What Podman 4.3.1 rootless answered on a cgroup v1 host (version, libpod info)."""
-
-    def __init__(self, cgroup_version='v1', rootless=True):
-        self.api = _Api(cgroup_version, rootless)
-        self.containers = _Untouchable()
-        self.networks = _Untouchable()
-        self.images = _Untouchable()
-
-    def version(self):
-        return {'Version': '4.3.1', 'ApiVersion': '1.41',
-                'Components': [{'Name': 'Podman Engine', 'Version': '4.3.1'}]}
-
-
 def _run_limits(monkeypatch, run_module, client, args):
     monkeypatch.setattr(_module.dc, 'module_client', lambda module: client)
     return run_module(_module.main, args)
 
 
-def test_rootless_on_cgroup_v1_is_refused_before_anything_changes(monkeypatch, tmp_path, run_module):
+def test_rootless_on_cgroup_v1_is_refused_before_anything_changes(monkeypatch, fake_engine, tmp_path, run_module):
     deploy = tmp_path / 'egress'
     deploy.mkdir()
     (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
-    kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(deploy_dir=str(deploy)))
+    kind, result = _run_limits(monkeypatch, run_module, fake_engine.podman(), dict(deploy_dir=str(deploy)))
     assert kind == 'fail', result
     assert result['msg'].startswith('Podman 4.3.1 (rootless) runs rootless on a cgroup v1 host')
     assert 'no memory or pids limit' in result['msg'] and result['msg'].endswith('Nothing was changed.')
     assert sorted(p.name for p in deploy.iterdir()) == ['egress-allowlist.conf']
 
 
-def test_the_refusal_names_the_consent_and_reports_the_limits(monkeypatch, tmp_path, run_module):
-    kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(deploy_dir=str(tmp_path)))
+def test_the_refusal_names_the_consent_and_reports_the_limits(monkeypatch, fake_engine, tmp_path, run_module):
+    kind, result = _run_limits(monkeypatch, run_module, fake_engine.podman(), dict(deploy_dir=str(tmp_path)))
     assert kind == 'fail' and 'egress_proxy_limits_unenforced_ok: true' in result['msg'], result
     assert result['limits']['enforced'] is False and result['limits']['cgroup_version'] == '1'
 
 
-def test_with_consent_the_deploy_goes_on_to_the_engine(monkeypatch, tmp_path, run_module):
+def test_with_consent_the_deploy_goes_on_to_the_engine(monkeypatch, fake_engine, tmp_path, run_module):
     deploy = tmp_path / 'egress'
     deploy.mkdir()
     (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
-    kind, result = _run_limits(monkeypatch, run_module, _Client(),
+    kind, result = _run_limits(monkeypatch, run_module, fake_engine.podman(),
                                dict(deploy_dir=str(deploy), limits_unenforced_ok=True))
     # past the limits check, the deploy asks the engine (a fake that fails any call that would change it)
     assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
     assert 'cgroup v1 host' not in result['msg']
 
 
-def test_consent_changes_nothing_where_the_limits_hold(monkeypatch, tmp_path, run_module):
-    kind, result = _run_limits(monkeypatch, run_module, _Client(cgroup_version='v2'),
+def test_consent_changes_nothing_where_the_limits_hold(monkeypatch, fake_engine, tmp_path, run_module):
+    kind, result = _run_limits(monkeypatch, run_module, fake_engine.podman(cgroup_version='v2'),
                                dict(deploy_dir=str(tmp_path), limits_unenforced_ok=True))
     assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
 
 
-def test_removing_the_proxy_is_not_refused_there(monkeypatch, run_module):
-    kind, result = _run_limits(monkeypatch, run_module, _Client(), dict(state='absent'))
+def test_removing_the_proxy_is_not_refused_there(monkeypatch, fake_engine, run_module):
+    kind, result = _run_limits(monkeypatch, run_module, fake_engine.podman(), dict(state='absent'))
     # state=absent goes past the limits check to the engine (a fake that fails any call that asks it)
     assert kind == 'fail' and 'the engine was asked to' in result['msg'], result
     assert 'cgroup v1' not in result['msg']
 
 
-class _DockerClient(_Client):
-    """A Docker Engine: no Podman component in its version."""
-
-    def version(self):
-        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
-
-    def info(self):
-        return {'CgroupVersion': '2', 'SecurityOptions': []}
-
-
-def test_a_unit_is_refused_on_the_docker_engine_before_anything_changes(monkeypatch, tmp_path, run_module):
+def test_a_unit_is_refused_on_the_docker_engine_before_anything_changes(monkeypatch, fake_engine, tmp_path, run_module):
     deploy = tmp_path / 'egress'
     deploy.mkdir()
     (deploy / 'egress-allowlist.conf').write_text('api.anthropic.com\n')
-    kind, result = _run_limits(monkeypatch, run_module, _DockerClient(cgroup_version='v2', rootless=False),
+    kind, result = _run_limits(monkeypatch, run_module, fake_engine.docker(),
                                dict(deploy_dir=str(deploy), units='quadlet'))
     assert kind == 'fail', result
     assert result['msg'].startswith('units quadlet: systemd units run the proxy only on the Podman venue, and '
