@@ -249,7 +249,7 @@ limits:
     - Whether the engine enforces the proxy's memory and pids limits, the host's cgroup version and the engine.
     - C(why) when they are not enforced (only deployed with O(limits_unenforced_ok)).
     - C(ulimits_enforced) is false on an engine that drops the ulimits (nofile, nproc) of a container created
-      through its Docker API (rootless Podman): the proxy then runs with the Podman service's own, and the
+      through its Docker API (rootless Podman); the proxy then runs with the Podman service's own, and the
       ulimits are not compared with what the engine reports (since 0.18.0).
   returned: when the engine was asked
   type: dict
