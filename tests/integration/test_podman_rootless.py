@@ -185,3 +185,31 @@ def test_the_decision_log_is_written_by_the_proxy_user_the_engine_maps(rl_env):
     assert seen[('denied.test', 'refused')]['reason'] == 'unlisted'
     squid_log = env.client.api.logs(env.proxy).decode('utf-8', 'replace')
     assert 'cannot write /var/log/pi-dispatch' not in squid_log, squid_log[-2000:]
+
+
+def test_the_doctor_probes_run_as_a_podman_job_does(rl_env):
+    """A doctor probe on this venue starts the way a podman job starts (the account's uid as --user,
+    --userns=keep-id, every capability dropped; _doctor/containers.py job_identity), and reaches the listed
+    provider through the proxy from a job network that way, so a pass is about what a job gets."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import containers as _containers
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import context as _context
+    env = rl_env
+    ids = _rootless.engine_ids(env.client)
+    ctx = _context.DoctorContext(client=env.client, proxy=env.proxy, deploy_dir=env.deploy_dir,
+                                 probe_image=env.tools_image, pid=os.getpid(), environ={})
+    assert _containers.job_identity(ctx) == ('%d:%d' % (ids.uid, ids.gid), 'keep-id')
+    name = 'pi-egress-rl-keepid' + SUFFIX
+    script = ('id -u; id -g; cat /proc/self/uid_map; '
+              'curl -sS -o /dev/null -w "code=%{http_code}\\n" --max-time 20 https://api.provider.test/')
+    results = {}
+    try:
+        _containers.run_container(ctx, 'who', name, script, env.job_net, results, 90)
+    finally:
+        env.client.api.remove_container(name, force=True)
+    text, why = results['who']
+    assert why is None and text is not None, why
+    lines = text.split('\n')
+    assert lines[0] == str(ids.uid) and lines[1] == str(ids.gid), text
+    # keep-id: the account's uid is itself in the probe's user namespace (uid_map "<uid> 0 1")
+    assert [str(ids.uid), '0', '1'] in [line.split() for line in lines[2:]], text
+    assert 'code=401' in text, text

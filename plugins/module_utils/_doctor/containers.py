@@ -11,9 +11,10 @@ teardown removes them) and timed in ``ctx.timings`` under its key.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import rootless as _rootless
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import LABEL, probe_name
@@ -27,6 +28,30 @@ def probe_env(ctx: DoctorContext) -> Tuple[str, Dict[str, str]]:
     # Uppercase proxy variables only.
     return proxy_url, {'HTTPS_PROXY': proxy_url, 'HTTP_PROXY': proxy_url, 'NO_PROXY': 'localhost,127.0.0.1,::1',
                        'NODE_USE_ENV_PROXY': '1', 'HOME': '/tmp'}
+
+
+def job_identity(ctx: DoctorContext) -> Tuple[Optional[str], Optional[str]]:
+    """(the user, the user namespace mode) a job's container gets on this venue, so a probe's pass is about what a
+    job gets: on rootless Podman a job runs as its account's uid with ``--userns=keep-id`` (the seed's podman
+    venue; docs/podman.md), and so does every probe; elsewhere (None, None), the image's own user."""
+    try:
+        ids = _rootless.engine_ids(ctx.client)
+    except dc.EngineError:  # the create that follows says what the engine does not answer
+        ids = None
+    if ids is None:
+        return None, None
+    return '%d:%d' % (ids.uid, ids.gid), 'keep-id'
+
+
+def job_host_config(ctx: DoctorContext, **kwargs: Any) -> Dict[str, Any]:
+    """A probe's host config: ``kwargs`` and, on rootless Podman, ``keep-id``. The Docker SDK takes only ``host`` as
+    ``userns_mode``, so the mode is set on the dict it builds; Podman's compat create reads it (measured on
+    4.3.1: the probe's ``/proc/self/uid_map`` maps the account's uid to itself)."""
+    config = ctx.client.api.create_host_config(**kwargs)
+    _user, userns = job_identity(ctx)
+    if userns:
+        config['UsernsMode'] = userns
+    return config
 
 
 def run_container(ctx: DoctorContext, key: str, name: str, script: str, net: str, results: dict, wait: int,
@@ -43,9 +68,9 @@ def run_container(ctx: DoctorContext, key: str, name: str, script: str, net: str
                 api.create_endpoint_config()
             created = api.create_container(
                 ctx.probe_image, ['sh', '-c', script], name=name, detach=True, environment=env,
-                labels={LABEL: str(ctx.pid)},
-                host_config=api.create_host_config(network_mode=net, security_opt=['no-new-privileges:true'],
-                                                   cap_drop=['ALL']),
+                labels={LABEL: str(ctx.pid)}, user=job_identity(ctx)[0],
+                host_config=job_host_config(ctx, network_mode=net, security_opt=['no-new-privileges:true'],
+                                            cap_drop=['ALL']),
                 networking_config=api.create_networking_config({net: endpoint}))
             api.start(created['Id'])
         except Exception as exc:
@@ -78,9 +103,9 @@ def run_job_probe(ctx: DoctorContext, key: str, name: str, script: str, network:
     try:
         created = api.create_container(
             ctx.probe_image, ['sh', '-c', script], name=name, detach=True, environment=environment,
-            labels={LABEL: str(ctx.pid)},
-            host_config=api.create_host_config(network_mode=network, dns=dns, binds=binds, cap_drop=['ALL'],
-                                               security_opt=['no-new-privileges:true']))
+            labels={LABEL: str(ctx.pid)}, user=job_identity(ctx)[0],
+            host_config=job_host_config(ctx, network_mode=network, dns=dns, binds=binds, cap_drop=['ALL'],
+                                        security_opt=['no-new-privileges:true']))
         api.start(created['Id'])
         api.wait(created['Id'], timeout=wait)
         return api.logs(created['Id'], stdout=True, stderr=True).decode('utf-8', 'replace'), None

@@ -295,6 +295,12 @@ class FakeClient(object):
     def __init__(self, api):
         self.api = api
 
+    def version(self):   # a Docker Engine: the probes start as the image's user (containers.job_identity)
+        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
+
+    def info(self):
+        return {'CgroupVersion': '2', 'SecurityOptions': []}
+
 
 def doctor(api, **more):
     options = dict(provider_host='api.provider.test', deny_host='denied.test', pid=OWN, environ={}, isolation=False,

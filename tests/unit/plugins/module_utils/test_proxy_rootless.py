@@ -227,3 +227,59 @@ def test_the_venue_is_asked_through_the_one_cache():
     client = _Client('podman', ROOTLESS_INFO)
     assert _venue.venue(client).rootless
     assert _rootless.engine_ids(client).uid == 1001
+
+
+class _ProbeApi(_Api):
+    """Records the probe container the doctor creates, and runs it to an empty end."""
+
+    def __init__(self, info):
+        super(_ProbeApi, self).__init__(info)
+        self.created = []
+
+    def create_host_config(self, **kwargs):
+        return dict(kwargs)
+
+    def create_endpoint_config(self, **kwargs):
+        return dict(kwargs)
+
+    def create_networking_config(self, config):
+        return config
+
+    def create_container(self, image, command, **kwargs):
+        self.created.append(kwargs)
+        return {'Id': kwargs['name']}
+
+    def start(self, cid):
+        pass
+
+    def wait(self, cid, timeout=None):
+        return {'StatusCode': 0}
+
+    def logs(self, cid, **kwargs):
+        return b''
+
+    def remove_container(self, name, force=False):
+        pass
+
+
+@pytest.mark.parametrize('kind, info, user, userns', [
+    ('podman', ROOTLESS_INFO, '1001:1001', 'keep-id'),   # the account's uid, keep-id: as a podman job starts
+    ('podman', ROOTFUL_INFO, None, None),
+    ('docker', ROOTLESS_INFO, None, None),
+])
+def test_the_doctor_probes_start_the_way_a_job_starts_on_the_venue(kind, info, user, userns):
+    """On rootless Podman a job runs as its account's uid with --userns=keep-id, so the doctor's probes do
+    (measured on 4.3.1 through the Docker API: the probe's uid_map maps 1001 to itself); elsewhere as before."""
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import containers as _containers
+    from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import context as _context
+    client = _Client(kind, info)
+    client.api = _ProbeApi(info)
+    ctx = _context.DoctorContext(client=client, proxy='proxy', deploy_dir=None, probe_image='img', pid=42, environ={})
+    assert _containers.job_identity(ctx) == (user, userns)
+    results = {}
+    _containers.run_container(ctx, 'canary', 'probe-42', 'true', 'net', results, 5)
+    _output, error = _containers.run_job_probe(ctx, 'job', 'job-probe-42', 'true', 'jobnet', {}, 5)
+    assert results['canary'] == ('', None) and error is None
+    assert [made['user'] for made in client.api.created] == [user, user]
+    assert [made['host_config'].get('UsernsMode') for made in client.api.created] == [userns, userns]
+    assert all(made['host_config']['cap_drop'] == ['ALL'] for made in client.api.created)
