@@ -22,6 +22,7 @@ import time
 from typing import List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import rootless as _rootless
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.containers import probe_wait, run_probe
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.isolation import (
@@ -209,7 +210,16 @@ def _teardown_network(ctx: DoctorContext, net: str, container: str, stuck: Optio
                           fix='docker rm -f %s, then re-run doctor' % stuck))
         return lines
     try:
-        ctx.client.api.disconnect_container_from_network(container, net, force=True)
+        # On rootless Podman 4 the proxy's detach may be the last one holding the account's network: made under
+        # a keeper there (_proxy/rootless.py), or the proxy would lose its route out for every job.
+        with _rootless.network_held(ctx.client, container, net, actions=ctx.actions):
+            ctx.client.api.disconnect_container_from_network(container, net, force=True)
+    except dc.EngineError as exc:
+        lines.append(Line('canary.cleanup_keeper', 'warn',
+                          'Egress canary: %s is kept with %s on it, because %s' % (net, container, exc),
+                          fix='start any container on one of the account\'s networks, then re-run doctor, '
+                              'which removes the network'))
+        return lines
     except Exception:  # the removal below reports what matters
         pass
     try:

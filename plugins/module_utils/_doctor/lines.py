@@ -161,6 +161,10 @@ LINES: List[Tuple[str, str, str, str]] = [
     ('canary.cleanup_kept', 'canary', 'warn',
      'Egress canary: <net> is kept, because the probe <probe> could not be removed and the network is the only '
      'way left to find it: docker rm -f <probe>'),
+    ('canary.cleanup_keeper', 'canary', 'warn',
+     'Egress canary: <net> is kept with <proxy> on it, because <engine> runs rootless and <proxy> is the only '
+     'running container on its rootless network: ... The keeper that holds it through the detach could not '
+     'start: <why>. Nothing was detached.'),
     ('canary.cleanup_rm', 'canary', 'warn',
      'Egress canary: the network <net> could not be removed: docker network rm <net>'),
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import rootless as _rootless
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import Check, DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.names import (
@@ -191,7 +192,9 @@ def _sweep_one(ctx: DoctorContext, name: str, pid: int, all_probes: List[str]) -
     detached = []
     for other in others:
         try:
-            ctx.client.api.disconnect_container_from_network(other, name, force=True)
+            # rootless Podman 4: a keeper holds the account's network through the last running detach
+            with _rootless.network_held(ctx.client, other, name, actions=ctx.actions):
+                ctx.client.api.disconnect_container_from_network(other, name, force=True)
             detached.append(other)
             ctx.actions.append('detached %s from leftover %s' % (other, name))
         except Exception as exc:

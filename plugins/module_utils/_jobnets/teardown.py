@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock as _jobnet_lock
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import rootless as _rootless
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shards as _shards
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import shard_clone as _shard_clone
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.gateway import GATEWAY_NAME
@@ -111,18 +112,22 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
     if check_mode:
         return dict(changed=True, network=name, actions=actions + _jobcreds.forget(credentials_dir, job_id, True))
     net_id = attrs['Id']
-    detached = []
+    detached, held = [], []
     if gateway_on:
         try:
             _transparent.forget(client, gateway_name, name)
         except EngineError:
             pass  # a stopped gateway: it forgets the network at its next start (gatewayd apply)
-        if disconnect(client, gateway_name, net_id):
-            detached.append(gateway_name)
+        # A running container's detach may be the last one holding rootless Podman 4's network: made under a
+        # keeper there (_proxy/rootless.py), or the proxy would lose its route out.
+        with _rootless.network_held(client, gateway_name, name, actions=held):
+            if disconnect(client, gateway_name, net_id):
+                detached.append(gateway_name)
     for carrier in carriers:
         try:
-            if disconnect(client, carrier, net_id):
-                detached.append(carrier)
+            with _rootless.network_held(client, carrier, name, actions=held):
+                if disconnect(client, carrier, net_id):
+                    detached.append(carrier)
         except EngineError as exc:
             raise EngineError("Detaching the proxy %s from %s failed: %s. The network is still there; "
                               "retry the teardown." % (carrier, name, exc))
@@ -135,7 +140,7 @@ def teardown_job_network(client: Any, job_id: str, proxy_name: str = PROXY_NAME,
             "inspect %s shows what is still on it; stop and remove that container, then retry."
             % (name, exc, name))
     forget_subnet(memo, subnet_of(attrs))
-    done = ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
+    done = held + ['detach %s' % c for c in detached] + (['remove %s' % name] if removed else [])
     done += _jobcreds.forget(credentials_dir, job_id)
     shards = [c for c in carriers if c != proxy_name]
     if shards:

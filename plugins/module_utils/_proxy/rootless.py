@@ -17,11 +17,14 @@ mappings; a rootless Docker Engine does not, and is treated as before.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import stat as _stat
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 
 SEARCH = 0o1
@@ -200,3 +203,101 @@ def mount_refusal(files: Iterable[str], log_dir: Optional[str], ids: Ids, proxy_
     if log_dir:
         return _search_refusal(log_dir, 'the decision log folder %s' % log_dir, ids, account, groups, stat)
     return None
+
+
+# --- the rootless network keeper (Podman 4) ---------------------------------------------------------------
+#
+# Rootless Podman 4 runs every bridge network of its account inside one "rootless netns", reached from the host by
+# one slirp4netns. Measured with 4.3.1 on this project's CI machine: detaching a RUNNING container from one of its
+# networks while no other running container is on a bridge network tears that namespace down (slirp4netns exits,
+# the netns file goes), and the container loses every other network it still had: the proxy, detached from a job
+# or canary network on an idle host, would have lost its route out for every job until it restarted. With any
+# other running container on a bridge network (an --internal one too) the namespace holds, and removing that
+# other container afterwards, while the detached one still runs, keeps it. So a detach that would be the last is
+# made while a short-lived keeper runs on the network being left.
+
+KEEPER_LABEL = 'pi-dispatch.egress.keeper'
+KEEPER_SECONDS = 60   # the keeper exits (and is removed) by itself if its run is killed
+_PRIVATE_MODES = frozenset(['host', 'none', 'slirp4netns', 'pasta', 'private', 'bridge'])
+
+
+def keeper_needed(venue: Any) -> bool:
+    """Whether the venue's rootless network needs a keeper through a detach: rootless Podman before 5."""
+    major = (_venue.version_tuple(venue.version) or (0,))[0]
+    return bool(venue.is_podman and venue.rootless and 0 < major < 5)
+
+
+def _is(summary: Dict[str, Any], container: str) -> bool:
+    """Whether a container summary is ``container`` (a name, or an id or its prefix of 12 or more)."""
+    if container in [str(n).lstrip('/') for n in (summary.get('Names') or [])]:
+        return True
+    return len(container) >= 12 and str(summary.get('Id') or '').startswith(container)
+
+
+def holds_without(running: Iterable[Dict[str, Any]], leaving: str) -> bool:
+    """Whether a running container other than ``leaving`` is on a bridge network of the rootless netns. Pure:
+    ``running`` is the engine's list of running containers (``GET /containers/json``)."""
+    for summary in running:
+        if _is(summary, leaving):
+            continue
+        networks = ((summary.get('NetworkSettings') or {}).get('Networks') or {})
+        if any(name not in _PRIVATE_MODES for name in networks):
+            return True
+    return False
+
+
+def _is_running(running: Iterable[Dict[str, Any]], leaving: str) -> bool:
+    return any(_is(summary, leaving) for summary in running)
+
+
+@contextlib.contextmanager
+def network_held(client: Any, leaving: str, net: str, image: Optional[str] = None,
+                 actions: Optional[List[str]] = None) -> Iterator[Optional[str]]:
+    """Around a detach of ``leaving`` from ``net``: on rootless Podman 4, when ``leaving`` runs and no other running
+    container holds the account's rootless network, a keeper (``image``, or ``leaving``'s own; ``sleep``, every
+    capability dropped, read-only, no-new-privileges) runs on ``net`` for the detach and is removed right after.
+    Yields the keeper's name, or None when none was needed. An engine that refuses the keeper raises
+    ``dc.EngineError`` before anything was detached."""
+    if client is None or not keeper_needed(_venue.venue(client)):
+        yield None
+        return
+    api = client.api
+    running = dc.read('Listing the running containers', lambda: api.containers(filters={'status': 'running'}))
+    if not _is_running(running or [], leaving) or holds_without(running or [], leaving):
+        yield None
+        return
+    name = '%s-keeper-%d' % (leaving, os.getpid())
+    try:
+        source = image or api.inspect_container(leaving)['Image']
+        created = api.create_container(
+            source, [str(KEEPER_SECONDS)], name=name, detach=True, entrypoint=['sleep'], user='65534:65534',
+            labels={KEEPER_LABEL: leaving},
+            host_config=api.create_host_config(network_mode=net, cap_drop=['ALL'], read_only=True, auto_remove=True,
+                                               security_opt=['no-new-privileges:true']))
+        api.start(created['Id'])
+    except Exception as exc:
+        try:
+            api.remove_container(name, force=True)
+        except Exception:
+            pass  # never made, or gone with auto_remove
+        raise dc.EngineError('%s runs rootless and %s is the only running container on its rootless network: '
+                             'detaching it from %s would tear that network down and cut its other networks '
+                             '(Podman 4; docs/podman.md). The keeper that holds it through the detach could not '
+                             'start: %s. Nothing was detached.' % (_venue.venue(client).describe(), leaving, net,
+                                                                    dc.api_message(exc)))
+    if actions is not None:
+        actions.append('keeper %s held the rootless network while %s left %s' % (name, leaving, net))
+    for _attempt in range(50):   # bounded: started is running almost at once
+        try:
+            if (api.inspect_container(name).get('State') or {}).get('Running'):
+                break
+        except Exception:
+            break
+        time.sleep(0.1)
+    try:
+        yield name
+    finally:
+        try:
+            api.remove_container(name, force=True)
+        except Exception:
+            pass  # it exits and is removed by itself within KEEPER_SECONDS

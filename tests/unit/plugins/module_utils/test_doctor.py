@@ -185,6 +185,12 @@ class FakeClient(object):
     def __init__(self, api):
         self.api = api
 
+    def version(self):   # a Docker Engine (no rootless keeper: _proxy/rootless.py network_held)
+        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
+
+    def info(self):
+        return {'CgroupVersion': '2', 'SecurityOptions': []}
+
 
 @pytest.fixture(autouse=True)
 def fake_not_found(monkeypatch):

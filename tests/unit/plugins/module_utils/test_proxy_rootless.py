@@ -283,3 +283,105 @@ def test_the_doctor_probes_start_the_way_a_job_starts_on_the_venue(kind, info, u
     assert [made['user'] for made in client.api.created] == [user, user]
     assert [made['host_config'].get('UsernsMode') for made in client.api.created] == [userns, userns]
     assert all(made['host_config']['cap_drop'] == ['ALL'] for made in client.api.created)
+
+
+# --- the rootless network keeper (Podman 4) --------------------------------------------------------------
+
+
+def _summary(name, networks, cid=None):
+    return {'Id': cid or ('c0ffee' * 11)[:64], 'Names': ['/' + name],
+            'NetworkSettings': {'Networks': dict((n, {}) for n in networks)}}
+
+
+class _KeeperApi(_Api):
+    """An engine's running containers, and a record of every call the keeper rule makes."""
+
+    def __init__(self, info, running, refuse_create=False):
+        super(_KeeperApi, self).__init__(info)
+        self.running, self.refuse_create, self.calls = running, refuse_create, []
+
+    def containers(self, filters=None):
+        assert filters == {'status': 'running'}, filters
+        return list(self.running)
+
+    def inspect_container(self, name):
+        return {'Image': 'sha256:proxyimage', 'State': {'Running': True}}
+
+    def create_host_config(self, **kwargs):
+        return dict(kwargs)
+
+    def create_container(self, image, command, **kwargs):
+        if self.refuse_create:
+            raise RuntimeError('image not known')
+        self.calls.append(('create', image, command, kwargs['name'], kwargs['entrypoint'],
+                           kwargs['host_config']['network_mode'], kwargs['host_config']['cap_drop']))
+        return {'Id': kwargs['name']}
+
+    def start(self, cid):
+        self.calls.append(('start', cid))
+
+    def remove_container(self, name, force=False):
+        self.calls.append(('remove', name))
+
+
+def _keeper_client(version, info, running, **more):
+    client = _Client('podman' if version else 'docker', info)
+    if version:
+        client.version = lambda: {'Version': version, 'ApiVersion': '1.41',
+                                  'Components': [{'Name': 'Podman Engine', 'Version': version}]}
+    client.api = _KeeperApi(info, running, **more)
+    return client
+
+
+PROXY_ALONE = [_summary('pi-dispatch-egress-proxy', ['pi-dispatch-egress-out', 'pi-job-a-net'])]
+WITH_A_JOB = PROXY_ALONE + [_summary('job-b', ['pi-job-b-net'], cid='b' * 64)]
+ON_PRIVATE_NETWORKS_ONLY = PROXY_ALONE + [_summary('other', ['slirp4netns'], cid='d' * 64)]
+
+
+@pytest.mark.parametrize('case, version, info, running, kept', [
+    # Measured on 4.3.1 rootless: the proxy the only running container on a bridge network -> torn down without one
+    ('rootless Podman 4, the proxy alone', '4.3.1', ROOTLESS_INFO, PROXY_ALONE, True),
+    ('rootless Podman 4, a job runs too', '4.3.1', ROOTLESS_INFO, WITH_A_JOB, False),
+    ('rootless Podman 4, the other one on its own slirp4netns', '4.3.1', ROOTLESS_INFO, ON_PRIVATE_NETWORKS_ONLY, True),
+    ('rootless Podman 4, the leaving one not running', '4.3.1', ROOTLESS_INFO, WITH_A_JOB[1:], False),
+    ('rootful Podman 4', '4.3.1', ROOTFUL_INFO, PROXY_ALONE, False),
+    ('rootless Podman 5 (another rootless netns)', '5.4.2', ROOTLESS_INFO, PROXY_ALONE, False),
+    ('Docker', None, ROOTLESS_INFO, PROXY_ALONE, False),
+])
+def test_a_keeper_holds_the_rootless_network_through_the_last_detach(case, version, info, running, kept):
+    client = _keeper_client(version, info, running)
+    actions, detached = [], []
+    with _rootless.network_held(client, 'pi-dispatch-egress-proxy', 'pi-job-a-net', actions=actions) as keeper:
+        detached.append(list(client.api.calls))   # what ran before the detach
+    name = 'pi-dispatch-egress-proxy-keeper-%d' % os.getpid()
+    if kept:
+        assert keeper == name, case
+        assert detached == [[('create', 'sha256:proxyimage', ['60'], name, ['sleep'], 'pi-job-a-net', ['ALL']),
+                             ('start', name)]], case
+        assert client.api.calls[-1] == ('remove', name) and len(actions) == 1, case
+    else:
+        assert keeper is None and client.api.calls == [] and actions == [], case
+
+
+def test_a_keeper_that_cannot_start_refuses_the_detach():
+    client = _keeper_client('4.3.1', ROOTLESS_INFO, PROXY_ALONE, refuse_create=True)
+    ran = []
+    with pytest.raises(_rootless.dc.EngineError) as raised:
+        with _rootless.network_held(client, 'pi-dispatch-egress-proxy', 'pi-job-a-net'):
+            ran.append('detach')
+    assert ran == []
+    text = str(raised.value)
+    assert 'Podman 4.3.1 (rootless)' in text and 'pi-dispatch-egress-proxy is the only running container' in text
+    assert 'image not known' in text and text.endswith('Nothing was detached.')
+
+
+@pytest.mark.parametrize('running, leaving, holds', [
+    (PROXY_ALONE, 'pi-dispatch-egress-proxy', False),
+    (WITH_A_JOB, 'pi-dispatch-egress-proxy', True),
+    (WITH_A_JOB, 'job-b', True),                                                 # the proxy still holds it
+    ([_summary('job-b', ['pi-job-b-net'], cid='b' * 64)], 'b' * 12, False),      # an id prefix is the leaving one
+    ([_summary('x', [])], 'pi-dispatch-egress-proxy', False),
+    ([_summary('x', ['host']), _summary('y', ['none'])], 'z', False),
+])
+def test_holds_without(running, leaving, holds):
+    assert _rootless.holds_without(running, leaving) is holds
