@@ -280,11 +280,11 @@ def network_held(client: Any, leaving: str, net: str, image: Optional[str] = Non
             api.remove_container(name, force=True)
         except Exception:
             pass  # never made, or gone with auto_remove
+        why = dc.api_message(exc)
         raise dc.EngineError('%s runs rootless and %s is the only running container on its rootless network: '
                              'detaching it from %s would tear that network down and cut its other networks '
                              '(Podman 4; docs/podman.md). The keeper that holds it through the detach could not '
-                             'start: %s. Nothing was detached.' % (_venue.venue(client).describe(), leaving, net,
-                                                                    dc.api_message(exc)))
+                             'start: %s. Nothing was detached.' % (_venue.venue(client).describe(), leaving, net, why))
     if actions is not None:
         actions.append('keeper %s held the rootless network while %s left %s' % (name, leaving, net))
     for _attempt in range(50):   # bounded: started is running almost at once
