@@ -10,7 +10,6 @@ what the consent gives and what its absence refuses.
 import hashlib
 import json
 import os
-import subprocess
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import r
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import decisions as _decisions
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import spec as _spec
 
-from conftest import ROOT, SUFFIX, _wait_fake_ready, _wait_path_ready, run_playbook
+from conftest import ROOT, SUFFIX, _wait_path_ready, run_playbook
 
 WANTED = os.environ.get('PI_EGRESS_IT_ENGINE', '')
 pytestmark = pytest.mark.skipif(WANTED != 'podman-rootless',
@@ -218,40 +217,3 @@ def test_the_doctor_probes_run_as_a_podman_job_does(rl_env):
     assert [str(ids.uid), '0', '1'] in [line.split() for line in lines[2:]], text
     assert 'code=401' in text, text
 
-
-def _rootless_network(uid):
-    """(slirp4netns pids of the account, its rootless netns files): what holds its bridge networks on Podman 4."""
-    pids = subprocess.run(['pgrep', '-u', str(uid), '-x', 'slirp4netns'], stdout=subprocess.PIPE,
-                          universal_newlines=True, check=False).stdout.split()
-    folder = '/run/user/%d/netns' % uid
-    files = sorted(n for n in os.listdir(folder) if n.startswith('rootless-netns')) if os.path.isdir(folder) else []
-    return pids, files
-
-
-def test_the_last_jobs_teardown_keeps_the_proxys_rootless_network(rl_env):
-    """Measured on Podman 4.3.1 rootless: detaching the only running container from one of its networks tears the
-    account's rootless network down (slirp4netns exits, the netns goes) and the container loses its other
-    networks. The last job's teardown on an idle host detaches the proxy: a keeper holds the network through it,
-    and the proxy still reaches its upstream afterwards."""
-    from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as jn
-    env = rl_env
-    uid = _rootless.engine_ids(env.client).uid
-    job = 'rl-keeper' + SUFFIX.replace('-', '')
-    jn.create_job_network(env.client, job, proxy_name=env.proxy)
-    others = [c['Names'][0].lstrip('/') for c in env.client.api.containers(filters={'status': 'running'})
-              if c['Names'][0].lstrip('/') != env.proxy]
-    try:
-        for name in others:   # the proxy alone: the host between jobs
-            env.client.api.stop(name, timeout=0)
-        before = _rootless_network(uid)
-        assert before[0] and before[1], before
-        done = jn.teardown_job_network(env.client, job, proxy_name=env.proxy)
-        assert any(a.startswith('keeper ') for a in done['actions']), done['actions']
-        assert _rootless_network(uid) == before, 'the rootless network was torn down'
-        networks = env.client.api.inspect_container(env.proxy)['NetworkSettings']['Networks']
-        assert env.upstream_net in networks, sorted(networks)
-    finally:
-        for name in others:
-            env.client.api.start(name)
-    _wait_fake_ready(env.client, env.fake)
-    _wait_path_ready(env, tries=45)   # the proxy still reaches its upstream through the network it kept
