@@ -46,7 +46,7 @@ options:
         fix, before anything changes; V(true) goes on and RV(limits) says they are not enforced.
       - Unset, the limits are not asked about (the play deploys no proxy). Needs O(engine=true).
     type: bool
-    version_added: 0.17.0
+    version_added: 0.18.0
 extends_documentation_fragment:
   - pi_dispatch.egress.docker
 requirements:
@@ -84,7 +84,7 @@ limits:
   returned: when O(proxy_limits_unenforced_ok) is set and the engine answered
   type: dict
   sample: {enforced: false, cgroup_version: '1', engine: Podman 4.3.1 (rootless), why: Podman 4.3.1 (rootless) runs ...}
-  version_added: 0.17.0
+  version_added: 0.18.0
 iptables:
   description:
     - The host's C(iptables) as C(iptables -V) names it. I(variant) is C(nft) or C(legacy), null

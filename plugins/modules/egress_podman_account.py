@@ -9,7 +9,7 @@ DOCUMENTATION = r'''
 ---
 module: egress_podman_account
 short_description: A service account ready to run rootless Podman, with its API socket
-version_added: 0.17.0
+version_added: 0.18.0
 description:
   - Makes a host account ready to run the egress layer's rootless Podman and returns the API socket
     (RV(docker_host)) the next roles use. Every refusal comes before anything changes and names the account or

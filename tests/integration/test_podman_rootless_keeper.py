@@ -1,7 +1,7 @@
 """Rootless Podman 4's network keeper (issue 44; docs/podman.md "The rootless network keeper").
 
 Measured on Podman 4.3.1 rootless: detaching the only running container from one of its networks tears the account's
-rootless network down (slirp4netns exits, the netns goes) and that container loses every other network. The last
+rootless network down (slirp4netns exits, the netns goes): nothing carries that container out of the host. The last
 job's teardown on an idle host detaches the running proxy: a keeper holds the network through it.
 
 This file stops the world's other containers to make the host idle, and its control case lets the proxy lose its
@@ -23,10 +23,18 @@ pytestmark = pytest.mark.skipif(os.environ.get('PI_EGRESS_IT_ENGINE', '') != 'po
                                 reason='not the rootless Podman venue (./run gate podman-rootless runs this file)')
 
 
+def _alive(pid):
+    try:
+        with open('/proc/%s/stat' % pid) as handle:
+            return handle.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
 def _rootless_network(uid):
-    """(slirp4netns pids of the account, its rootless netns files): what holds its bridge networks on Podman 4."""
-    pids = subprocess.run(['pgrep', '-u', str(uid), '-x', 'slirp4netns'], stdout=subprocess.PIPE,
-                          universal_newlines=True, check=False).stdout.split()
+    """(live slirp4netns pids of the account, its rootless netns files): its bridge networks' route out, Podman 4."""
+    pids = [p for p in subprocess.run(['pgrep', '-u', str(uid), '-x', 'slirp4netns'], stdout=subprocess.PIPE,
+                                      universal_newlines=True, check=False).stdout.split() if _alive(p)]
     folder = '/run/user/%d/netns' % uid
     files = sorted(n for n in os.listdir(folder) if n.startswith('rootless-netns')) if os.path.isdir(folder) else []
     return pids, files
@@ -73,8 +81,8 @@ def test_the_last_jobs_teardown_keeps_the_proxys_rootless_network(idle_host):
 
 
 def test_without_the_keeper_the_same_teardown_cuts_the_proxy_off(idle_host, monkeypatch):
-    """The control: the same teardown with the keeper rule switched off tears the account's network down, and the
-    proxy is left with no network but its loopback. (It leaves the world broken: the last test of the gate.)"""
+    """The control: the same teardown with the keeper rule switched off tears the account's network down: no
+    slirp4netns carries the proxy out of the host any more. (It leaves the world broken: the gate's last test.)"""
     env = idle_host
     uid = _rootless.engine_ids(env.client).uid
     job = 'rl-cut' + SUFFIX.replace('-', '')
@@ -87,6 +95,5 @@ def test_without_the_keeper_the_same_teardown_cuts_the_proxy_off(idle_host, monk
 
     monkeypatch.setattr(_rootless, 'network_held', no_keeper)
     jn.teardown_job_network(env.client, job, proxy_name=env.proxy)
-    after = _rootless_network(uid)
-    assert after != before, (before, after)
-    assert _interfaces(env) == ['lo'], _interfaces(env)
+    assert before[0] and before[1], before
+    assert _rootless_network(uid) == ([], []), (before, _rootless_network(uid))

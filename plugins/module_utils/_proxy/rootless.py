@@ -210,7 +210,7 @@ def mount_refusal(files: Iterable[str], log_dir: Optional[str], ids: Ids, proxy_
 # Rootless Podman 4 runs every bridge network of its account inside one "rootless netns", reached from the host by
 # one slirp4netns. Measured with 4.3.1 on this project's CI machine: detaching a RUNNING container from one of its
 # networks while no other running container is on a bridge network tears that namespace down (slirp4netns exits,
-# the netns file goes), and the container loses every other network it still had: the proxy, detached from a job
+# the netns file goes), and with slirp4netns goes the only route out of the host: the proxy, detached from a job
 # or canary network on an idle host, would have lost its route out for every job until it restarted. With any
 # other running container on a bridge network (an --internal one too) the namespace holds, and removing that
 # other container afterwards, while the detached one still runs, keeps it. So a detach that would be the last is
