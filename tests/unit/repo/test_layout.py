@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -35,28 +37,99 @@ def _packages():
         return re.findall(r'^\| `plugins/module_utils/(_\w+)/` \|', handle.read(), re.M)
 
 
+PREFIX = 'ansible_collections.pi_dispatch.egress.plugins.module_utils'
+
+
+def imported_targets(source, package):
+    """What a file of ``package`` (``_proxy``) imports from module_utils: the first part after it of every import
+    (``_common``, ``jobnet``), in every spelling: ``from <prefix>._x.y import z``, ``from <prefix> import jobnet``,
+    ``from <prefix>._x import y``, ``import <prefix>._x.y``, and relative (``from .. import jobnet``,
+    ``from ..jobnet import z``, ``from ._x import y`` inside module_utils). Parsed (AST), never matched as text."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name[len(PREFIX) + 1:].split('.')[0] for a in node.names if a.name.startswith(PREFIX + '.')]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                # the file is module_utils/<package>/<name>.py: level 1 is its package, level 2 module_utils
+                if node.level == 1:
+                    base = [package]
+                elif node.level == 2:
+                    base = []
+                else:
+                    found.append('<above-module_utils>')
+                    continue
+                parts = base + (node.module.split('.') if node.module else [])
+            elif node.module == PREFIX:
+                parts = []
+            elif node.module and node.module.startswith(PREFIX + '.'):
+                parts = node.module[len(PREFIX) + 1:].split('.')
+            else:
+                continue
+            if parts:
+                found.append(parts[0])
+            else:
+                found += [a.name for a in node.names]
+    return found
+
+
+def layer_problems(package, name, source, order):
+    """Why a file of ``package`` breaks the package order (a package imports only those listed above it, and never
+    the public ``jobnet``), as ``<package>/<name> imports <target>`` lines."""
+    index = order.index(package)
+    wrong = []
+    for target in imported_targets(source, package):
+        if target == package:
+            continue
+        if target == 'jobnet' or target not in order[:index]:
+            if target in order or target == 'jobnet' or target.startswith('<'):
+                wrong.append('%s/%s imports %s' % (package, name, target))
+    return wrong
+
+
 def test_every_package_has_a_line_and_imports_only_the_packages_above_it():
     """The package table is the import order: a package imports only those listed above it."""
-    import ast
     base = os.path.join(ROOT, 'plugins', 'module_utils')
-    prefix = 'ansible_collections.pi_dispatch.egress.plugins.module_utils'
     order = _packages()
     present = sorted(n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n)) and n.startswith('_')
                      and n != '__pycache__')
     assert sorted(order) == present, 'docs/layout.md package table %s, tree %s' % (order, present)
     wrong = []
-    for index, package in enumerate(order):
+    for package in order:
         for name in sorted(os.listdir(os.path.join(base, package))):
-            if not name.endswith('.py'):
-                continue
-            with open(os.path.join(base, package, name)) as handle:
-                tree = ast.parse(handle.read())
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefix + '.'):
-                    target = node.module[len(prefix) + 1:].split('.')[0]
-                    if target == 'jobnet' or (target in order and order.index(target) > index):
-                        wrong.append('%s/%s imports %s' % (package, name, node.module[len(prefix) + 1:]))
+            if name.endswith('.py'):
+                with open(os.path.join(base, package, name)) as handle:
+                    wrong += layer_problems(package, name, handle.read(), order)
     assert not wrong, wrong
+
+
+ORDER = ['_common', '_policy', '_proxy']
+
+
+@pytest.mark.parametrize('source, wrong', [
+    # planted: every spelling of an import the order forbids is found
+    ('from %s.jobnet import create_job_network' % PREFIX, ['jobnet']),
+    ('from %s import jobnet' % PREFIX, ['jobnet']),
+    ('from %s import jobnet as jn, _common' % PREFIX, ['jobnet']),
+    ('import %s.jobnet' % PREFIX, ['jobnet']),
+    ('import %s._proxy.spec as spec' % PREFIX, ['_proxy']),
+    ('from %s._proxy import spec' % PREFIX, ['_proxy']),
+    ('from .. import jobnet', ['jobnet']),
+    ('from ..jobnet import teardown_job_network', ['jobnet']),
+    ('from .._proxy.spec import PROXY_UID', ['_proxy']),
+    ('from ... import something', ['<above-module_utils>']),
+    ('def f():\n    from %s import jobnet\n    return jobnet' % PREFIX, ['jobnet']),   # inside a function too
+    # allowed: a package above, its own package, the standard library, the SDK
+    ('from %s._common import venue' % PREFIX, []),
+    ('from %s import _common' % PREFIX, []),
+    ('from . import spec\nfrom .spec import X', []),
+    ('from .. import _common', []),
+    ('import os\nimport docker\nfrom typing import Any', []),
+])
+def test_the_layer_rule_finds_every_spelling_of_a_forbidden_import(source, wrong):
+    """Planted imports in a file of ``_policy`` (above it: ``_common`` only)."""
+    assert [line.rsplit(' ', 1)[1] for line in layer_problems('_policy', 'planted.py', source, ORDER)] == wrong
 
 
 def test_no_file_re_exports_a_name_but_the_public_api():
