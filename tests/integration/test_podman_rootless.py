@@ -216,4 +216,3 @@ def test_the_doctor_probes_run_as_a_podman_job_does(rl_env):
     # keep-id: the account's uid is itself in the probe's user namespace (uid_map "<uid> 0 1")
     assert [str(ids.uid), '0', '1'] in [line.split() for line in lines[2:]], text
     assert 'code=401' in text, text
-

@@ -384,7 +384,7 @@ def test_ping_speaks_http_on_a_unix_socket(tmp_path):
 
     def serve(answers):
         for answer in answers:
-            conn, _ = server.accept()
+            conn, _peer = server.accept()
             conn.recv(1024)
             conn.sendall(answer)
             conn.close()

@@ -196,7 +196,7 @@ def test_an_unreachable_deployment_is_refused_before_anything_changes(tmp_path, 
     spec = _deploy.wanted_spec(params, paths)
     assert spec['log_mount']
     client = _Client('podman', ROOTLESS_INFO)
-    client.containers = type('C', (), {'get': lambda self, name: (_ for _ in ()).throw(_not_found(name))})()
+    client.containers = type('C', (), {'get': lambda self, name: (x for x in ()).throw(_not_found(name))})()
     client.images = type('I', (), {'get': lambda self, name: type('Image', (), {'id': 'sha256:img'})()})()
     changed = []
     monkeypatch.setattr(_proxy.os, 'chown', lambda *a: changed.append(('chown',) + a))
