@@ -103,7 +103,6 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     LABEL_JOB_ID,
     LABEL_OWNER_HOST,
     NO_PROXY,
-    PROXY_NAME,
     PROXY_PORT,
     JobNetError,
     container_name,
@@ -115,6 +114,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     validate_id_prefix,
     validate_job_id,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.jobpool import DEFAULT_POOL, DEFAULT_PREFIX
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import (
     PoolExhausted,

@@ -360,6 +360,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import doctor as _doctor
 from ansible_collections.pi_dispatch.egress.plugins.module_utils import jobnet as _jobnet
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 
 def main():
@@ -367,7 +368,7 @@ def main():
         enabled=dict(type='bool', default=True),
         forge_urls=dict(type='dict', default={}),
         mcp_json=dict(type='path'),
-        proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
+        proxy_name=dict(type='str', default=PROXY_NAME),
         deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
         probe_image=dict(type='str', required=True),
         fallback_probe_image=dict(type='str'),

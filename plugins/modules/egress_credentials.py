@@ -136,6 +136,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import credentials_apply as _apply  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import interceptor as _interceptor  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 
 def main():
@@ -144,7 +145,7 @@ def main():
         name=dict(type='str', default=_interceptor.INTERCEPTOR_NAME),
         image=dict(type='str', default=_interceptor.INTERCEPTOR_IMAGE),
         network=dict(type='str', default=_interceptor.NETWORK),
-        proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
+        proxy_name=dict(type='str', default=PROXY_NAME),
         upstream_ca=dict(type='path'),
         inspect_only=dict(type='bool', default=False),
         allow_cut_jobs=dict(type='bool', default=False),

@@ -98,6 +98,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc  # noqa: E402
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import gateway as _gateway  # noqa: E402
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 
 def main():
@@ -106,7 +107,7 @@ def main():
         name=dict(type='str', default=_gateway.GATEWAY_NAME),
         image=dict(type='str', default=_gateway.GATEWAY_IMAGE),
         upstream_network=dict(type='str', default='pi-dispatch-egress-out'),
-        proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
+        proxy_name=dict(type='str', default=PROXY_NAME),
         dns=dict(type='list', elements='str', default=[]),
         state=dict(type='str', default='started', choices=['started', 'absent']),
         allow_cut_jobs=dict(type='bool', default=False),

@@ -165,13 +165,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import units_apply as _units
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             deploy_dir=dict(type='path', default=_deployment.DEFAULT_DEPLOY_DIR),
-            name=dict(type='str', default='pi-dispatch-egress-proxy'),
+            name=dict(type='str', default=PROXY_NAME),
             image=dict(type='str', default='pi-dispatch-egress-proxy:latest'),
             network=dict(type='str', default='pi-dispatch-egress-out'),
             network_internal=dict(type='bool', default=False),

@@ -190,6 +190,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import endpoints_apply as _apply
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 
 def main():
@@ -198,7 +199,7 @@ def main():
         declaration=dict(type='path', aliases=['endpoints_file']),
         endpoints=dict(type='list', elements='raw'),
         state=dict(type='str', default='present', choices=['present', 'validated']),
-        proxy_name=dict(type='str', default='pi-dispatch-egress-proxy'),
+        proxy_name=dict(type='str', default=PROXY_NAME),
         reload=dict(type='bool', default=True),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec),

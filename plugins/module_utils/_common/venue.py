@@ -232,8 +232,6 @@ PODMAN_DEFAULT_CAPS = frozenset([
 PODMAN_DEFAULT_CAPS_0_51 = PODMAN_DEFAULT_CAPS - frozenset(['AUDIT_WRITE', 'MKNOD', 'NET_RAW'])
 # Mount options Podman adds to every tmpfs it reports.
 _PODMAN_TMPFS_NOISE = ('rprivate', 'tmpcopyup')
-_SIZE_UNITS = {'': 1, 'b': 1, 'k': 1024, 'kb': 1024, 'kib': 1024, 'm': 1024 ** 2, 'mb': 1024 ** 2,
-               'mib': 1024 ** 2, 'g': 1024 ** 3, 'gb': 1024 ** 3, 'gib': 1024 ** 3}
 # attrs['PiEgressUnreported']: HostConfig keys the engine applied but does not report back.
 UNREPORTED = 'PiEgressUnreported'
 

@@ -28,7 +28,6 @@ INPUT_HOOK = 'INPUT'
 FORWARD_HOOK = 'DOCKER-USER'
 FAMILIES = ('ipv4', 'ipv6')
 CHAIN_MAX = 28           # iptables: a chain name has at most 28 characters
-IFACE_MAX = 15           # IFNAMSIZ - 1
 MULTIPORT_MAX = 15       # -m multiport takes at most 15 ports
 COMMENT_MAX = 255
 PARAMS_TAG = 'pi_dispatch.egress.egress_firewall v1'

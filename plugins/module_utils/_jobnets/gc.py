@@ -36,7 +36,6 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     LABEL_JOB_ID,
     NETWORK_PREFIX,
     NETWORK_SUFFIX,
-    PROXY_NAME,
     JobNetError,
     job_id_from_network_name,
     looks_like_job_network,
@@ -44,6 +43,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     parse_time,
     validate_id_prefix,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 # --------------------------------------------------------------------------
 # The decision for one network (pure)
@@ -65,7 +65,6 @@ KEEP_REASONS = {
 }
 
 LIVE_STATES = ('running', 'paused', 'restarting')
-STOPPED_STATES = ('created', 'exited', 'dead')
 OVER_STATES = ('exited', 'dead')
 MISSING = 'missing'  # an endpoint whose container no longer exists (stale)
 

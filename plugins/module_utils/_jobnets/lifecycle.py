@@ -38,7 +38,6 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     JobNetError,
     ownership_problem,
     NO_PROXY,
-    PROXY_NAME,
     PROXY_PORT,
     container_name,
     job_env,
@@ -46,6 +45,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names 
     network_name,
     validate_job_id,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import credentials as _jobcreds
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import transparent as _transparent
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment

@@ -18,11 +18,12 @@ import socket
 import time
 from typing import Any, Dict, Optional
 
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
+
 # --------------------------------------------------------------------------
 # Contract names (defaults; every one is a parameter)
 # --------------------------------------------------------------------------
 
-PROXY_NAME = 'pi-dispatch-egress-proxy'
 PROXY_PORT = 3128
 NETWORK_PREFIX = 'pi-job-'
 NETWORK_SUFFIX = '-net'

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common.docker_client import get_container
-from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import PROXY_NAME
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 
 ADMIT = 'admit'
 PROXY_STOPPED = 'egress-proxy-stopped'

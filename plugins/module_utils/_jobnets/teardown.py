@@ -30,11 +30,11 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.engine
     summary_name,
 )
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.names import (
-    PROXY_NAME,
     network_name,
     ownership_problem,
     validate_job_id,
 )
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.spec import PROXY_NAME
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets.pool import forget_subnet, subnet_of
 
 # Every container state but running. A running container has an active endpoint, so the network's

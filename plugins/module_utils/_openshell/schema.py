@@ -146,8 +146,3 @@ def endpoint_to_authored(message: Any) -> Dict[str, Any]:
         if out.get(key) in names:
             out[key] = names[out[key]]
     return out
-
-
-def sandbox_policy() -> Any:
-    """A new, empty ``SandboxPolicy`` message (the package must be available)."""
-    return sandbox_pb2.SandboxPolicy()

@@ -62,44 +62,31 @@ _SHAPE = '{"version": 1, "credentials": [...]}'
 _BY_NAME = operator.attrgetter('name')
 
 
-class Problem(object):
-    """One refusal: where (file, credential index and name, key), what (value), why (rule), and the fix."""
+class Problem(_endpoints.DeclarationProblem):
+    """One refusal of credentials.json; the item is a credential, named by its name."""
+
+    IDENT = 'name'
 
     def __init__(self, path: str, key: Optional[str], value: Any, rule: str, fix: str, index: Optional[int] = None,
                  name: Optional[str] = None, present: bool = True) -> None:
-        self.path, self.index, self.name, self.key, self.value = path, index, name, key, value
-        self.rule, self.fix, self.present = rule, fix, present
+        super(Problem, self).__init__(path, key, value, rule, fix, index=index, ident=name, present=present)
 
-    def where(self) -> str:
-        if self.index is None:
-            return self.path
-        who = 'name %s' % json.dumps(self.name) if isinstance(self.name, str) and self.name else 'no valid name'
-        return '%s: credential %d (%s)' % (self.path, self.index, who)
+    @property
+    def name(self) -> Optional[str]:
+        return self.ident
 
-    def __str__(self) -> str:
-        if self.key is None:
-            what = ' value %s:' % _show(self.value) if self.index is not None else ''
-        elif not self.present:
-            what = ' key %s: missing:' % json.dumps(self.key)
-        else:
-            what = ' key %s = %s:' % (json.dumps(self.key), _show(self.value))
-        return '%s:%s %s; %s' % (self.where(), what, self.rule, self.fix)
-
-    def as_dict(self) -> Dict[str, Any]:
-        return dict(path=self.path, index=self.index, name=self.name, key=self.key,
-                    value=self.value if self.present else None, rule=self.rule, fix=self.fix, message=str(self))
+    def who(self) -> str:
+        who = 'name %s' % json.dumps(self.ident) if isinstance(self.ident, str) and self.ident else 'no valid name'
+        return 'credential %d (%s)' % (self.index, who)
 
 
-class CredentialsError(Exception):
-    """The declaration is refused; ``problems`` lists every reason."""
+class CredentialsError(_endpoints.DeclarationError):
+    """credentials.json is refused; ``problems`` lists every reason."""
 
-    def __init__(self, problems: Iterable[Problem], path: str = FILE_NAME) -> None:
-        self.problems = list(problems)
-        self.path = path
-        lines = ['%s is refused (%d problem%s); nothing was changed:'
-                 % (path, len(self.problems), '' if len(self.problems) == 1 else 's')]
-        lines += ['  - %s' % p for p in self.problems]
-        super(CredentialsError, self).__init__('\n'.join(lines))
+    UNCHANGED = 'nothing was changed'
+
+    def __init__(self, problems: Iterable[_endpoints.DeclarationProblem], path: str = FILE_NAME) -> None:
+        super(CredentialsError, self).__init__(problems, path)
 
 
 class Credential(object):

@@ -53,7 +53,7 @@ MAX_ID = 32
 MAX_NAME = _hostnames.MAX_NAME
 MAX_LABEL = _hostnames.MAX_LABEL
 
-ID_RE = re.compile(r'^[a-z0-9-]{1,32}$')
+ID_RE = re.compile(r'^[a-z0-9-]{1,%d}$' % MAX_ID)
 
 # What a declared *name* must not resolve to (the render's own ACL): this
 # host's loopback, slirp4netns's host alias, the metadata addresses, and the
@@ -74,28 +74,23 @@ INCLUDE_HEADER = """\
 """
 
 
-class Problem(object):
-    """One refusal: where (file, endpoint index and id, key), what (value), why (rule), and the fix."""
+class DeclarationProblem(object):
+    """One refusal of a JSON declaration (model-endpoints.json, credentials.json): where (file, item index and
+    identity, key), what (value), why (rule), and the fix. A subclass says who an item is (``who``) and the key its
+    identity has in ``as_dict`` (``IDENT``)."""
+
+    IDENT = 'id'
 
     def __init__(self, path: str, key: Optional[str], value: Any, rule: str, fix: str, index: Optional[int] = None,
-                 endpoint_id: Optional[str] = None, present: bool = True) -> None:
-        self.path = path
-        self.index = index
-        self.endpoint_id = endpoint_id
-        self.key = key
-        self.value = value
-        self.rule = rule
-        self.fix = fix
-        self.present = present
+                 ident: Optional[str] = None, present: bool = True) -> None:
+        self.path, self.index, self.ident, self.key, self.value = path, index, ident, key, value
+        self.rule, self.fix, self.present = rule, fix, present
+
+    def who(self) -> str:
+        raise NotImplementedError
 
     def where(self) -> str:
-        if self.index is None:
-            return self.path
-        if isinstance(self.endpoint_id, str) and self.endpoint_id:
-            who = 'endpoint %d (id %s)' % (self.index, json.dumps(self.endpoint_id))
-        else:
-            who = 'endpoint %d (no valid id)' % self.index
-        return '%s: %s' % (self.path, who)
+        return self.path if self.index is None else '%s: %s' % (self.path, self.who())
 
     def __str__(self) -> str:
         if self.key is None:
@@ -107,21 +102,48 @@ class Problem(object):
         return '%s:%s %s; %s' % (self.where(), what, self.rule, self.fix)
 
     def as_dict(self) -> Dict[str, Any]:
-        return dict(path=self.path, index=self.index, id=self.endpoint_id, key=self.key,
-                    value=self.value if self.present else None, rule=self.rule, fix=self.fix,
-                    message=str(self))
+        found = dict(path=self.path, index=self.index, key=self.key, value=self.value if self.present else None,
+                     rule=self.rule, fix=self.fix, message=str(self))
+        found[self.IDENT] = self.ident
+        return found
 
 
-class EndpointsError(Exception):
-    """The declaration is refused; ``problems`` lists every reason."""
+class Problem(DeclarationProblem):
+    """One refusal of model-endpoints.json; the item is an endpoint, named by its id."""
 
-    def __init__(self, problems: Iterable[Problem], path: str = FILE_NAME) -> None:
+    def __init__(self, path: str, key: Optional[str], value: Any, rule: str, fix: str, index: Optional[int] = None,
+                 endpoint_id: Optional[str] = None, present: bool = True) -> None:
+        super(Problem, self).__init__(path, key, value, rule, fix, index=index, ident=endpoint_id, present=present)
+
+    @property
+    def endpoint_id(self) -> Optional[str]:
+        return self.ident
+
+    def who(self) -> str:
+        if isinstance(self.ident, str) and self.ident:
+            return 'endpoint %d (id %s)' % (self.index, json.dumps(self.ident))
+        return 'endpoint %d (no valid id)' % self.index
+
+
+class DeclarationError(Exception):
+    """A declaration is refused; ``problems`` lists every reason. ``UNCHANGED`` says what the refusal left alone."""
+
+    UNCHANGED = 'nothing was rendered or changed'
+
+    def __init__(self, problems: Iterable[DeclarationProblem], path: str) -> None:
         self.problems = list(problems)
         self.path = path
-        lines = ['%s is refused (%d problem%s); nothing was rendered or changed:'
-                 % (path, len(self.problems), '' if len(self.problems) == 1 else 's')]
+        lines = ['%s is refused (%d problem%s); %s:'
+                 % (path, len(self.problems), '' if len(self.problems) == 1 else 's', self.UNCHANGED)]
         lines += ['  - %s' % p for p in self.problems]
-        super(EndpointsError, self).__init__('\n'.join(lines))
+        super(DeclarationError, self).__init__('\n'.join(lines))
+
+
+class EndpointsError(DeclarationError):
+    """model-endpoints.json is refused; ``problems`` lists every reason."""
+
+    def __init__(self, problems: Iterable[DeclarationProblem], path: str = FILE_NAME) -> None:
+        super(EndpointsError, self).__init__(problems, path)
 
 
 class Endpoint(object):
@@ -285,7 +307,7 @@ def validate(data: Any, path: str = FILE_NAME) -> List[Endpoint]:
                 bad('id', 'must be a string, not %s' % _type_name(raw_id),
                     'write the id as a string of a-z, 0-9 and -, e.g. "mac-ollama"')
             elif not ID_RE.match(raw_id):
-                bad('id', 'must match ^[a-z0-9-]{1,32}$ (1 to 32 lowercase letters, digits or hyphens)',
+                bad('id', 'must match %s (1 to %d lowercase letters, digits or hyphens)' % (ID_RE.pattern, MAX_ID),
                     'rename the endpoint, e.g. "mac-ollama"')
             elif raw_id in ids:
                 bad('id', 'is already used by endpoint %d' % ids[raw_id],

@@ -51,7 +51,6 @@ IPNet = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy.jobpool import DEFAULT_POOL
 
-GUARD_NAME = 'egress-guard.conf'
 GUARD_ACL = 'pi_guard'
 CLIENT_CONNS_ACL = 'pi_client_conns'
 DEFAULT_CLIENT_MAX_CONNECTIONS = 256
