@@ -296,8 +296,7 @@ class Doctor(object):
         if split is not None:
             firewall, firewall_probe = self._timed('firewall', lambda: split(ctx))
         with concurrent.futures.ThreadPoolExecutor(max_workers=MAX_WORKERS) as pool:
-            futures = {}
-            futures.update((name, pool.submit(self._timed, name)) for name in beside)
+            futures = {name: pool.submit(self._timed, name) for name in beside}
             canary = self._timed('canary')  # through the shards that still serve when the proxy is down, or not run
             done = dict((name, future.result()) for name, future in futures.items())
         if squid is not None:
