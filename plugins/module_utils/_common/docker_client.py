@@ -290,3 +290,14 @@ def exec_in(container: Any, cmd: List[str]) -> Tuple[int, str]:
     if isinstance(output, bytes):
         output = output.decode('utf-8', 'replace')
     return result.exit_code, output
+
+
+def remove_quietly(api: Any, container: str) -> bool:
+    """Force-remove ``container`` where nobody waits on the outcome: a probe or helper container whose removal a
+    later run (the sweep, its label, its own exit) or the caller's own report covers. True when removed; False
+    when it was gone or the engine refused, which is said nowhere, on purpose. The one place that swallows it."""
+    try:
+        api.remove_container(container, force=True)
+    except Exception:  # pylint: disable=broad-except
+        return False
+    return True

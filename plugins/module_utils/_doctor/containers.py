@@ -113,10 +113,7 @@ def run_job_probe(ctx: DoctorContext, key: str, name: str, script: str, network:
         return None, 'the probe container: %s' % dc.api_message(exc)
     finally:
         ctx.timings[key] = time.monotonic() - started
-        try:
-            api.remove_container(name, force=True)
-        except Exception:
-            pass  # the sweep of a later run finds it by its label
+        dc.remove_quietly(api, name)  # the sweep of a later run finds it by its label
 
 
 def probe_wait(ctx: DoctorContext, timeout: int) -> int:

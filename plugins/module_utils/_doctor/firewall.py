@@ -305,10 +305,7 @@ class FirewallDoctor(object):
 
     def _teardown(self, name: str, probe: str, created: bool) -> None:
         client = self.ctx.client
-        try:
-            client.api.remove_container(probe, force=True)
-        except Exception:
-            pass
+        dc.remove_quietly(client.api, probe)
         if created:
             try:
                 client.api.remove_network(name)

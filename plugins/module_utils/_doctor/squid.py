@@ -236,10 +236,7 @@ def squid_candidate_version(ctx: DoctorContext) -> Tuple[Optional[str], Optional
         return candidate, (None if why is None else '%s, from a throwaway container on %s' % (why, net))
     finally:
         ctx.timings['squid'] = time.monotonic() - started
-        try:
-            api.remove_container(name, force=True)
-        except Exception:  # not found, or the teardown/sweep reports it
-            pass
+        dc.remove_quietly(api, name)  # not found, or the teardown/sweep reports it
 
 
 class SquidCheck(Check):

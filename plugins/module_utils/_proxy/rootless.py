@@ -276,10 +276,7 @@ def network_held(client: Any, leaving: str, net: str, image: Optional[str] = Non
                                                security_opt=['no-new-privileges:true']))
         api.start(created['Id'])
     except Exception as exc:
-        try:
-            api.remove_container(name, force=True)
-        except Exception:
-            pass  # never made, or gone with auto_remove
+        dc.remove_quietly(api, name)  # never made, or gone with auto_remove
         why = dc.api_message(exc)
         raise dc.EngineError('%s runs rootless and %s is the only running container on its rootless network: '
                              'detaching it from %s would tear that network down and cut its other networks '
@@ -297,7 +294,4 @@ def network_held(client: Any, leaving: str, net: str, image: Optional[str] = Non
     try:
         yield name
     finally:
-        try:
-            api.remove_container(name, force=True)
-        except Exception:
-            pass  # it exits and is removed by itself within KEEPER_SECONDS
+        dc.remove_quietly(api, name)  # it exits and is removed by itself within KEEPER_SECONDS

@@ -207,10 +207,7 @@ def _create_shard(client: Any, proxy: str, index: int, wait_timeout: float = WAI
 
 
 def _remove_quietly(client: Any, name: str) -> None:
-    try:
-        client.api.remove_container(name, force=True)
-    except Exception:  # best effort: the caller reports the first failure
-        pass
+    dc.remove_quietly(client.api, name)  # best effort: the caller reports the first failure
 
 
 def remove_if_empty(client: Any, proxy: str, name: str) -> bool:

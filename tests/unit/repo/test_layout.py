@@ -142,3 +142,45 @@ def test_no_file_re_exports_a_name_but_the_public_api():
                 if 'F401' in line and 'import docker' not in line:  # the SDK probe in docker_client
                     found.append('%s:%d' % (path, lineno))
     assert not found, 'import the name from the file that defines it, not through %s' % found
+
+
+def quiet_removes(source):
+    """Lines of ``try: <x>.remove_container(..., force=True)`` whose only handler is ``except Exception: pass``:
+    the quiet forced remove ``_common/docker_client.py`` ``remove_quietly`` is the one place of."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Try) or len(node.body) != 1 or len(node.handlers) != 1:
+            continue
+        call = node.body[0].value if isinstance(node.body[0], ast.Expr) else None
+        handler = node.handlers[0]
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == 'remove_container'
+                and any(k.arg == 'force' for k in call.keywords)
+                and isinstance(handler.type, ast.Name) and handler.type.id == 'Exception'
+                and len(handler.body) == 1 and isinstance(handler.body[0], ast.Pass)):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_package_swallows_a_forced_remove_of_its_own():
+    base = os.path.join(ROOT, 'plugins', 'module_utils')
+    found = []
+    for folder, _dirs, files in os.walk(base):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith('.py') and not path.endswith(os.path.join('_common', 'docker_client.py')):
+                with open(path) as handle:
+                    found += ['%s:%d' % (os.path.relpath(path, ROOT), line) for line in quiet_removes(handle.read())]
+    assert not found, 'use docker_client.remove_quietly: %s' % found
+
+
+@pytest.mark.parametrize('source, lines', [
+    ('try:\n    api.remove_container(n, force=True)\nexcept Exception:\n    pass\n', [1]),   # planted
+    ('def f(c):\n    try:\n        c.api.remove_container(n, force=True)\n    except Exception:  # x\n'
+     '        pass\n', [2]),
+    ('try:\n    api.remove_container(n, force=True)\nexcept Exception as exc:\n    log(exc)\n', []),   # reported
+    ('try:\n    api.remove_container(n)\nexcept Exception:\n    pass\n', []),   # not forced: not this pattern
+])
+def test_the_quiet_remove_rule_finds_a_planted_one(source, lines):
+    assert quiet_removes(source) == lines

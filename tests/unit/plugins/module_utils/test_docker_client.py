@@ -151,3 +151,25 @@ def test_module_client_refuses_bad_tls_options_before_connecting(fake_module):
         dc.module_client(module)
     assert 'TLS needs a tcp:// docker_host' in module.failed['msg']
     assert module.failed['retryable'] is False
+
+
+class _RemoveApi(object):
+    def __init__(self, raises=None):
+        self.raises, self.asked = raises, []
+
+    def remove_container(self, name, force=False):
+        self.asked.append((name, force))
+        if self.raises is not None:
+            raise self.raises
+
+
+@pytest.mark.parametrize('raises, removed', [
+    (None, True),
+    (RuntimeError('404 Client Error: no such container'), False),
+    (ConnectionError('the daemon went away'), False),
+    (ValueError('anything at all'), False),
+])
+def test_remove_quietly_forces_and_never_raises(raises, removed):
+    api = _RemoveApi(raises)
+    assert dc.remove_quietly(api, 'probe-1') is removed
+    assert api.asked == [('probe-1', True)]
