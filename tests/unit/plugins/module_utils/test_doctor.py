@@ -16,6 +16,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import proxy as _doctor_proxy
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import sweep as _doctor_sweep
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import rules as _rules
+from ansible_collections.pi_dispatch.egress.tests.unit.plugins.module_utils.fakes import EngineClient as FakeClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 OWN = 4242
@@ -179,17 +180,6 @@ class FakeAPI(object):
         self.calls.append(('network rm', name))
         if self.rm_error:
             raise Exception(self.rm_error)
-
-
-class FakeClient(object):
-    def __init__(self, api):
-        self.api = api
-
-    def version(self):   # a Docker Engine (no rootless keeper: _proxy/rootless.py network_held)
-        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
-
-    def info(self):
-        return {'CgroupVersion': '2', 'SecurityOptions': []}
 
 
 @pytest.fixture(autouse=True)

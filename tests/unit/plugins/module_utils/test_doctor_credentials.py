@@ -17,6 +17,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.context import DoctorContext
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor.lines import Line
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import credentials as _credentials
+from ansible_collections.pi_dispatch.egress.tests.unit.plugins.module_utils.fakes import EngineClient as FakeClient
 
 INTERCEPTOR = 'pi-dispatch-egress-interceptor'
 PROXY = 'pi-dispatch-egress-proxy'
@@ -467,11 +468,6 @@ class FakeAPI(object):
         if name not in self.containers:
             raise NotFound('No such container: %s' % name)
         return self.containers[name]
-
-
-class FakeClient(object):
-    def __init__(self, api):
-        self.api = api
 
 
 @pytest.fixture

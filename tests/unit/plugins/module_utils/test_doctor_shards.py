@@ -14,6 +14,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import sweep as _doctor_sweep
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy.shards import Member
+from ansible_collections.pi_dispatch.egress.tests.unit.plugins.module_utils.fakes import EngineClient as FakeClient
 
 PROXY = 'pi-dispatch-egress-proxy'
 S1 = PROXY + '-shard-1'
@@ -289,17 +290,6 @@ class SweepAPI(object):
 
     def remove_network(self, name):
         self.calls.append(('network rm', name))
-
-
-class FakeClient(object):
-    def __init__(self, api):
-        self.api = api
-
-    def version(self):   # a Docker Engine: the probes start as the image's user (containers.job_identity)
-        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
-
-    def info(self):
-        return {'CgroupVersion': '2', 'SecurityOptions': []}
 
 
 def doctor(api, **more):

@@ -14,6 +14,7 @@ from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import names as _doctor_names
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._doctor import probes as _doctor_probes
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import endpoints as _endpoints
+from ansible_collections.pi_dispatch.egress.tests.unit.plugins.module_utils.fakes import EngineClient as Client
 
 Line = _doctor_lines.Line
 PROXY = 'pi-dispatch-egress-proxy'
@@ -182,17 +183,6 @@ class TeardownAPI(object):
 
     def remove_network(self, name):
         self.calls.append(('network rm', name))
-
-
-class Client(object):
-    def __init__(self, api):
-        self.api = api
-
-    def version(self):   # a Docker Engine: the probes start as the image's user (containers.job_identity)
-        return {'Version': '20.10.24', 'ApiVersion': '1.41', 'Components': [{'Name': 'Engine', 'Version': '20.10.24'}]}
-
-    def info(self):
-        return {'CgroupVersion': '2', 'SecurityOptions': []}
 
 
 def test_the_canary_teardown_never_removes_a_probe_another_check_removes_itself():

@@ -10,6 +10,8 @@ import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._jobnets import lock
 
+from ansible_collections.pi_dispatch.egress.tests.unit.plugins.module_utils.fakes import EngineClient as _Client
+
 HOLDER = r'''
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o666)
@@ -28,11 +30,6 @@ class _Adapter(object):
 class _Api(object):
     def __init__(self, base_url='http+docker://localhost', adapter=None):
         self.base_url, self._custom_adapter = base_url, adapter
-
-
-class _Client(object):
-    def __init__(self, api):
-        self.api = api
 
 
 def _holder(path):
