@@ -275,6 +275,7 @@ class _StuckClient(object):
         self.images = client.images
 
 
+@pytest.mark.alone  # plants a dead run's leftovers: another worker's doctor would sweep them first (CI, measured)
 def test_stuck_probe_keeps_the_network(egress_env):
     """A probe the daemon will not remove: the real network is kept (the only handle on it) and reported."""
     client = egress_env.client
