@@ -181,8 +181,9 @@ options:
   units:
     description:
       - >-
-        Run the proxy as systemd system units on the Podman venue (rootful) - C(quadlet) (Podman 4.4 and
-        later) or C(systemd) (Podman 4.3, the C(podman generate systemd --new) form), rendered as
+        Run the proxy as systemd units on the Podman venue (the system's, or with O(units_scope=user) a service
+        account's) - C(quadlet) (Podman 4.4 and later) or C(systemd) (Podman 4.3, the C(podman generate
+        systemd --new) form), rendered as
         C(egress_podman_units) renders them. The unit C(<name>.service) then owns the container, and brings it
         back after a crash and at boot.
       - >-
@@ -199,12 +200,36 @@ options:
         is an error naming the unit, never replaced again.
       - >-
         Refused on the Docker Engine, and with O(credentials_include) or O(shard_bound), which the units do not
-        carry. The units of a service account (rootless) are not driven by this option yet.
+        carry.
     type: str
     choices: [quadlet, systemd]
     version_added: 0.14.0
+  units_scope:
+    description:
+      - >-
+        Whose systemd runs the units - C(system) (the system manager and the system's unit folder; the engine
+        must be rootful Podman) or C(user) (the user manager of O(units_account), C(systemctl --user -M
+        <account>@), and the account's own folder under its home; the engine must be that account's rootless
+        Podman, which the role M(pi_dispatch.egress.egress_podman_account) makes reachable).
+      - >-
+        Either mismatch is refused before anything changes - units of one manager would start a container in
+        another Podman than the one this module checks. With C(user) the proxy comes back after the user
+        manager restarts and at boot only when the account lingers (the service-account role enables linger
+        where logind runs).
+      - >-
+        On a cgroup v1 host the account's units run the container with C(--cgroups=no-conmon) instead of
+        Quadlet's C(--cgroups=split), which a user manager cannot hold there (systemd delegates no v1
+        controller to it); that host needs O(limits_unenforced_ok) anyway.
+    type: str
+    choices: [system, user]
+    default: system
+    version_added: 0.19.0
+  units_account:
+    description: With O(units_scope=user), the service account whose rootless Podman and user manager run the proxy.
+    type: str
+    version_added: 0.19.0
   units_dir:
-    description: With O(units), write them here instead of the format's system folder.
+    description: With O(units), write them here instead of the format's folder of O(units_scope).
     type: path
     version_added: 0.14.0
   limits_unenforced_ok:
@@ -349,6 +374,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import docker_client as dc
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import quadlet as _quadlet
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import units_apply as _units
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._policy import deployment as _deployment
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._proxy import deploy as _deploy
@@ -367,29 +393,35 @@ def unit_spec(p, deploy_paths):
 
 
 def systemctl(module):
-    """``run(verb, unit=None)``: ``systemctl <verb> [unit]``, ProxyError naming the unit and where to look."""
+    """``run(verb, unit=None)``: ``systemctl [--user -M <account>@] <verb> [unit]``, ProxyError naming the unit
+    and where to look."""
     binary = module.get_bin_path('systemctl', required=True)
+    manager = _units.manager_args(module.params['units_scope'], module.params['units_account'])
+    shown = ' '.join(['systemctl'] + manager)
 
     def run(verb, unit=None):
-        rc, out, err = module.run_command([binary, verb] + ([unit] if unit else []))
+        rc, out, err = module.run_command([binary] + manager + [verb] + ([unit] if unit else []))
         if rc != 0:
-            where = (' See systemctl status %s and journalctl -u %s.' % (unit, unit)) if unit else ''
-            raise _proxy_spec.ProxyError('systemctl %s%s failed (exit %d): %s.%s'
-                                         % (verb, ' ' + unit if unit else '', rc, (err or out).strip(), where))
+            where = (' See %s status %s and %s -u %s.' % (shown, unit, ' '.join(['journalctl'] + manager), unit)
+                     if unit else '')
+            raise _proxy_spec.ProxyError('%s %s%s failed (exit %d): %s.%s'
+                                         % (shown, verb, ' ' + unit if unit else '', rc, (err or out).strip(), where))
     return run
 
 
-def units_writer(module, deploy_paths):
+def units_writer(module, deploy_paths, found):
     """What ``ProxyDeploy`` needs to drive the units: the unit's name, systemctl, and the units' writer."""
     p = module.params
-    options = dict(p, format=p['units'], scope='system', account=None)
+    options = dict(p, format=p['units'], scope=p['units_scope'], account=p['units_account'],
+                   cgroups=_quadlet.unit_cgroups(p['units_scope'], found.cgroup_version))
 
     def write(state, check_mode):
         try:
             return _units.apply(dict(options, state=state), deploy_paths, check_mode=check_mode)
         except _units.UnitsError as exc:
             raise _proxy_spec.ProxyError('%s. No unit was written' % exc) from None
-    return _deploy.Units(name='%s.service' % p['name'], fmt=p['units'], write=write, systemctl=systemctl(module))
+    return _deploy.Units(name='%s.service' % p['name'], fmt=p['units'], write=write, systemctl=systemctl(module),
+                         manager=' '.join(_units.manager_args(p['units_scope'], p['units_account'])))
 
 
 def main():
@@ -419,11 +451,14 @@ def main():
         credentials_include=dict(type='path'),
         credentials_network=dict(type='str', default=_proxy_spec.CREDENTIALS_NETWORK),
         units=dict(type='str', choices=['quadlet', 'systemd']),
+        units_scope=dict(type='str', default='system', choices=['system', 'user']),
+        units_account=dict(type='str'),
         units_dir=dict(type='path'),
         limits_unenforced_ok=dict(type='bool', default=False),
     )
     module = AnsibleModule(argument_spec=dc.argument_spec(argument_spec), supports_check_mode=True,
-                           required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent'])
+                           required_if=[('state', s, ['deploy_dir']) for s in _proxy.STATES if s != 'absent']
+                           + [('units_scope', 'user', ['units_account'])])
     p = module.params
     try:
         _deploy.check_options(p)
@@ -443,6 +478,9 @@ def main():
             raise _proxy_spec.ProxyError('units %s: systemd units run the proxy only on the Podman venue, and %s '
                                          'is not Podman; leave units unset on the Docker Engine'
                                          % (p['units'], found.describe()))
+        refused = _units.venue_refusal(p['units_scope'], p['units_account'], found) if p['units'] else None
+        if refused:
+            raise _proxy_spec.ProxyError(refused)
         refusal, limits = found.limits_decision(p['limits_unenforced_ok'])
         if refusal and p['state'] != 'absent':
             module.fail_json(msg='%s. Nothing was changed.' % refusal, limits=limits)
@@ -455,7 +493,7 @@ def main():
     except _proxy_spec.ProxyError as exc:
         module.fail_json(msg='%s. Nothing was changed.' % exc)
     run = _deploy.ProxyDeploy(client, p, spec, deploy_paths, check_mode=module.check_mode, diff=module._diff,
-                              units=units_writer(module, deploy_paths) if p['units'] else None)
+                              units=units_writer(module, deploy_paths, found) if p['units'] else None)
     try:
         run.run()
     except _reload.SourcesRefused as exc:

@@ -53,8 +53,8 @@ def sh(argv, stdin=None, timeout=120):
     return proc.returncode, proc.stdout.decode('utf-8', 'replace')
 
 
-def in_host(command, timeout=120):
-    return sh(['docker', 'exec', HOST, 'sh', '-c', command], timeout=timeout)
+def in_host(command, timeout=120, host=HOST):
+    return sh(['docker', 'exec', host, 'sh', '-c', command], timeout=timeout)
 
 
 def wait_for(what, probe, deadline_s=90, every=1.0):
@@ -132,29 +132,30 @@ def podman_host(engine, tmp_path_factory):
 class Ansible(object):
     """The playbooks reach the host over SSH as root: ``sshd -i`` through ``docker exec`` (its network is none)."""
 
-    def __init__(self, run_dir):
+    def __init__(self, run_dir, host=HOST, site_vars=None):
         self.run_dir = str(run_dir)
+        self.host, self.site_vars = host, dict(site_vars or SITE_VARS)
         self.key = os.path.join(self.run_dir, 'id_ed25519')
         self.inventory = os.path.join(self.run_dir, 'inventory.ini')
         subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', self.key], check=True, timeout=30)
         with open(self.key + '.pub') as handle:
-            rc, out = sh(['docker', 'exec', '-i', HOST, 'sh', '-c', 'cat > /root/.ssh/authorized_keys && chmod 600 '
+            rc, out = sh(['docker', 'exec', '-i', host, 'sh', '-c', 'cat > /root/.ssh/authorized_keys && chmod 600 '
                           '/root/.ssh/authorized_keys'], stdin=handle.read().encode())
         assert rc == 0, out
         proxy_command = os.path.join(self.run_dir, 'sshd-through-exec')
         with open(proxy_command, 'w') as handle:
             handle.write('#!/bin/sh\nexec docker exec -i %s sh -c "mkdir -p /run/sshd && exec /usr/sbin/sshd -i"\n'
-                         % HOST)
+                         % host)
         os.chmod(proxy_command, 0o755)
         with open(self.inventory, 'w') as handle:
             handle.write('podmanhost ansible_user=root ansible_ssh_private_key_file=%s '
                          'ansible_python_interpreter=/usr/bin/python3 ansible_ssh_common_args=\'%s '
                          '-o ProxyCommand=%s\'\n' % (self.key, fleet.SSH_ARGS, proxy_command))
-        fleet.install_publicsuffixlist(HOST)
+        fleet.install_publicsuffixlist(host)
 
     def run(self, playbook, **more):
         """Run one of the collection's playbooks on the host; (rc, output, the host's recap)."""
-        rc, out, recap = fleet.run_playbook(ROOT, self.inventory, playbook, dict(SITE_VARS, **more), ansible_env(),
+        rc, out, recap = fleet.run_playbook(ROOT, self.inventory, playbook, dict(self.site_vars, **more), ansible_env(),
                                             timeout=900)
         return rc, out, recap.get('podmanhost', {})
 

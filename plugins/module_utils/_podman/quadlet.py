@@ -20,7 +20,7 @@ the two files; ``egress_podman_units`` writes them and the role runs systemd.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import venue as _venue
 
@@ -64,6 +64,16 @@ def service_names(spec: Dict[str, Any]) -> Tuple[str, str]:
     return '%s.service' % spec['name'], '%s-network.service' % spec['network']
 
 
+# How a unit's podman places the container in cgroups: Quadlet's own split where systemd can delegate them,
+# and what `podman generate systemd --new` writes (no-conmon) for a rootless account on a cgroup v1 host.
+V1_ROOTLESS_CGROUPS = 'no-conmon'
+
+
+def unit_cgroups(scope: str, cgroup_version: str) -> Optional[str]:
+    """The ``--cgroups`` mode a unit of ``scope`` needs on a host of ``cgroup_version``; None for Quadlet's own."""
+    return V1_ROOTLESS_CGROUPS if scope == 'user' and str(cgroup_version) == '1' else None
+
+
 def for_unit(spec: Dict[str, Any]) -> Dict[str, Any]:
     """The wanted shape of a proxy that a Quadlet unit runs: systemd restarts it, so its own policy is ``no``."""
     return dict(spec, restart_policy='no')
@@ -98,6 +108,11 @@ def podman_args(spec: Dict[str, Any]) -> List[str]:
         args.append('--log-opt=%s=%s' % (key, value))
     for entry in spec['extra_hosts']:
         args.append('--add-host=%s' % entry)
+    if spec.get('unit_cgroups'):
+        # Quadlet runs a container with --cgroups=split; under a rootless account on cgroup v1 that fails
+        # (measured with Podman 5.4: "mkdir /sys/fs/cgroup/pids/.../user@<uid>.service/runtime: permission
+        # denied"), since systemd delegates no v1 controller to a user manager. The last --cgroups wins.
+        args.append('--cgroups=%s' % spec['unit_cgroups'])
     return args
 
 

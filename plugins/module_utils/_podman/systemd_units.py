@@ -60,7 +60,8 @@ def run_options(spec: Dict[str, Any]) -> List[str]:
              '--health-timeout=%s' % _quadlet.seconds(health['timeout']),
              '--health-retries=%d' % health['retries'],
              '--health-start-period=%s' % _quadlet.seconds(health['start_period'])]
-    return args + _quadlet.podman_args(spec)
+    # RUN_PREFIX says --cgroups (no-conmon) already, for every scope.
+    return args + _quadlet.podman_args(dict(spec, unit_cgroups=None))
 
 
 def container_unit(spec: Dict[str, Any], scope: str = 'system') -> str:

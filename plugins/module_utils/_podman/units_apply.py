@@ -57,12 +57,33 @@ def units_dir(scope: str, account: Optional[str], given: Optional[str],
     return system, entry
 
 
+def manager_args(scope: str, account: Optional[str]) -> List[str]:
+    """What systemctl and journalctl need to reach the units' manager: none for the system's."""
+    return ['--user', '-M', '%s@' % account] if scope == 'user' else []
+
+
+def venue_refusal(scope: str, account: Optional[str], found: Any) -> Optional[str]:
+    """Why the units' manager and the engine ``found`` (a ``venue.Venue``) are not the same Podman; None when
+    they are. Units of one manager would start a container in another Podman than the one a module checks."""
+    if scope == 'user' and not found.rootless:
+        return ('units_scope user: the units would run under %s\'s user manager and its rootless Podman, but the '
+                'engine reached is %s; point docker_host at the account\'s socket (the role '
+                'pi_dispatch.egress.podman_account sets egress_docker_host), or use units_scope system'
+                % (account, found.describe()))
+    if scope == 'system' and found.rootless:
+        return ('units_scope system: the system manager\'s units run the rootful Podman, but the engine reached '
+                'is %s; set units_scope user and units_account to the account whose socket this is'
+                % found.describe())
+    return None
+
+
 def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[str, Any]:
     """The proxy's shape the units say: ``egress_proxy``'s, for Podman, restarted by systemd (``for_unit``).
 
     The decision log is carried as ``egress_proxy`` carries it (its folder mounted read-write, its rotation in
     the environment) when the options ask for it; ``egress_podman_units`` alone has no such option, and its
-    units mount none.
+    units mount none. ``cgroups`` (``quadlet.unit_cgroups``) overrides Quadlet's ``--cgroups=split`` where
+    the account's manager cannot hold it.
     """
     options = dict(params, wait_timeout=1, mount_endpoints=True, shard_bound=None,
                    decision_log=bool(params.get('decision_log')))
@@ -77,6 +98,8 @@ def wanted_spec(params: Dict[str, Any], deploy_paths: Dict[str, str]) -> Dict[st
     if '/' not in spec['image'].split(':', 1)[0]:
         # A name Podman built or loaded here is localhost/<name>; Quadlet warns on a short name.
         spec = dict(spec, image='localhost/' + spec['image'])
+    if params.get('cgroups'):
+        spec = dict(spec, unit_cgroups=params['cgroups'])
     return _quadlet.for_unit(spec)
 
 

@@ -78,10 +78,17 @@ def wanted_spec(params: dict[str, Any], deploy_paths: dict[str, str] | None) -> 
 
 class Units(object):
     """The systemd units that run the proxy (option ``units``): the unit's name, how to write or remove the
-    unit files (``write(state, check_mode)``, ``_podman/units_apply.apply``'s result) and ``systemctl``."""
+    unit files (``write(state, check_mode)``, ``_podman/units_apply.apply``'s result) and ``systemctl``;
+    ``manager`` is what ``systemctl`` and ``journalctl`` need to reach them (empty for the system's, ``--user -M
+    <account>@`` for a service account's), for the messages that send an operator there."""
 
-    def __init__(self, name: str, fmt: str, write: Any, systemctl: Any) -> None:
+    def __init__(self, name: str, fmt: str, write: Any, systemctl: Any, manager: str = '') -> None:
         self.name, self.fmt, self.write, self.systemctl = name, fmt, write, systemctl
+        self.manager = manager
+
+    def journal(self) -> str:
+        """The command that shows the unit's log."""
+        return ' '.join(['journalctl'] + ([self.manager] if self.manager else []) + ['-u', self.name])
 
 
 class ProxyDeploy(object):
@@ -98,7 +105,8 @@ class ProxyDeploy(object):
         self.diff = diff
         self.units = units
         self.manager = _proxy.ProxyManager(client, spec, check_mode=check_mode, unit=units.name if units else None,
-                                           systemctl=units.systemctl if units else None)
+                                           systemctl=units.systemctl if units else None,
+                                           journal=units.journal() if units else None)
         self.result: dict[str, Any] = dict(
             changed=False, actions=self.manager.actions, differences=[], messages=self.manager.messages,
             container={}, allowlist_changed=False, stale_mounts=[], jobs_cut=0)
@@ -277,8 +285,8 @@ class ProxyDeploy(object):
             if status != 'healthy':
                 if self.units:  # its container may be gone (--rm); the unit's journal has its log
                     raise _proxy_spec.ProxyError(
-                        'The proxy did not become healthy within %ss (last status: %s). Its log: journalctl -u %s'
-                        % (p['wait_timeout'], status, self.units.name))
+                        'The proxy did not become healthy within %ss (last status: %s). Its log: %s'
+                        % (p['wait_timeout'], status, self.units.journal()))
                 raise _proxy_spec.ProxyError('The proxy did not become healthy within %ss (last status: %s). '
                                              'Its log ends with:\n%s' % (p['wait_timeout'], status,
                                                                          _proxy.logs_tail(container)))
@@ -292,5 +300,6 @@ class ProxyDeploy(object):
             if left:
                 raise _proxy_spec.ProxyError(
                     'systemd unit %s runs a proxy that is not the one wanted: %s. Its unit file was edited after '
-                    'it was written, or another file overrides it (systemctl cat %s shows which)'
-                    % (self.units.name, '; '.join(left), self.units.name))
+                    'it was written, or another file overrides it (systemctl%s cat %s shows which)'
+                    % (self.units.name, '; '.join(left), (' ' + self.units.manager) if self.units.manager else '',
+                       self.units.name))

@@ -132,14 +132,16 @@ def unit_steps(actions: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
 
 class ProxyManager(object):
     def __init__(self, client: Any, spec: Dict[str, Any], check_mode: bool = False, unit: Optional[str] = None,
-                 systemctl: Optional[Any] = None) -> None:
+                 systemctl: Optional[Any] = None, journal: Optional[str] = None) -> None:
         """``unit``: the systemd unit that runs the proxy; ``systemctl(verb, unit)`` then makes, replaces,
-        starts and ends the container (it raises ProxyError naming what failed)."""
+        starts and ends the container (it raises ProxyError naming what failed); ``journal`` the command that
+        shows the unit's log."""
         self.client = client
         self.spec = spec
         self.check_mode = check_mode
         self.unit = unit
         self.systemctl = systemctl
+        self.journal = journal or 'journalctl -u %s' % unit
         self.actions: List[str] = []
         self.messages: List[str] = []
         self.warnings: List[str] = []
@@ -317,8 +319,8 @@ class ProxyManager(object):
             return None
         container = self.container()
         if container is None:
-            raise ProxyError('systemctl restart %s succeeded, but no container %s runs; see journalctl -u %s'
-                             % (self.unit, self.spec['name'], self.unit))
+            raise ProxyError('systemctl restart %s succeeded, but no container %s runs; see %s'
+                             % (self.unit, self.spec['name'], self.journal))
         return container
 
     def wait_healthy(self, container: Any, timeout: float) -> Optional[str]:

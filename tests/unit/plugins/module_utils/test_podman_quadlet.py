@@ -195,3 +195,61 @@ def test_bad_options_are_refused_before_anything_is_written(tmp_path, change, fr
     with pytest.raises(_units.UnitsError, match=fragment):
         run(tmp_path, **change)
     assert not (tmp_path / 'units').exists()
+
+
+# --- a service account's units (units_scope user) ------------------------------------------------
+
+@pytest.mark.parametrize('scope, cgroup_version, expect', [
+    ('user', '1', 'no-conmon'),  # a user manager holds no v1 controller: split fails there (Podman 5.4)
+    ('user', '2', None),
+    ('user', '', None),
+    ('system', '1', None),
+    ('system', '2', None),
+])
+def test_the_cgroups_mode_a_unit_needs(scope, cgroup_version, expect):
+    assert _quadlet.unit_cgroups(scope, cgroup_version) == expect
+
+
+def podman_args_line(result):
+    text = [d['after'] for d in result['diff'] if d['after_header'].endswith('.container')][0]
+    return [line for line in text.splitlines() if line.startswith('PodmanArgs=')][0]
+
+
+def test_the_cgroups_override_is_the_last_podman_arg_and_only_when_asked(tmp_path):
+    assert '--cgroups' not in podman_args_line(run(tmp_path))
+    args = podman_args_line(_units.apply(dict(PARAMS, units_dir=str(tmp_path / 'v1'), cgroups='no-conmon'), PATHS))
+    assert args.endswith(' --cgroups=no-conmon'), args  # Quadlet puts its own --cgroups=split first
+
+
+def test_the_systemd_form_says_its_cgroups_once():
+    spec = dict(_quadlet.for_unit(podman_spec()), unit_cgroups='no-conmon')
+    text = _systemd.container_unit(spec, 'user')
+    start = [line for line in text.splitlines() if line.startswith('ExecStart=')][0]
+    assert start.count('--cgroups') == 1 and '--cgroups=no-conmon' in start, start
+
+
+@pytest.mark.parametrize('scope, account, expect', [
+    ('system', None, []),
+    ('system', 'svc', []),
+    ('user', 'pi-egress', ['--user', '-M', 'pi-egress@']),
+])
+def test_how_systemctl_reaches_the_units_manager(scope, account, expect):
+    assert _units.manager_args(scope, account) == expect
+
+
+ROOTFUL = _venue.Venue(_venue.PODMAN, '5.4.2')
+ROOTLESS = _venue.Venue(_venue.PODMAN, '5.4.2', rootless=True, cgroup_version='1')
+
+
+@pytest.mark.parametrize('scope, found, fragments', [
+    ('system', ROOTFUL, None),
+    ('user', ROOTLESS, None),
+    ('user', ROOTFUL, ['units_scope user', "svc's user manager", 'Podman 5.4.2', 'podman_account']),
+    ('system', ROOTLESS, ['units_scope system', 'Podman 5.4.2 (rootless)', 'units_scope user']),
+])
+def test_units_of_another_manager_than_the_engine_are_refused(scope, found, fragments):
+    refusal = _units.venue_refusal(scope, 'svc', found)
+    if fragments is None:
+        assert refusal is None
+    else:
+        assert refusal and all(fragment in refusal for fragment in fragments), refusal

@@ -184,8 +184,9 @@ def test_the_wanted_shape_is_the_units():
 
 
 class FakeModule(object):
-    def __init__(self, rc, err):
+    def __init__(self, rc, err, scope='system', account=None):
         self.rc, self.err, self.calls = rc, err, []
+        self.params = dict(units_scope=scope, units_account=account)
 
     def get_bin_path(self, name, required=False):
         return '/usr/bin/' + name
@@ -206,6 +207,16 @@ def test_a_failing_systemctl_names_the_unit_and_where_to_look():
     ok = FakeModule(0, '')
     egress_proxy.systemctl(ok)('daemon-reload')
     assert ok.calls == [['/usr/bin/systemctl', 'daemon-reload']]
+
+
+def test_the_accounts_units_go_through_its_user_manager_and_the_message_says_so():
+    module = FakeModule(1, 'Failed to connect to bus\n', scope='user', account='pi-egress')
+    with pytest.raises(_proxy_spec.ProxyError) as info:
+        egress_proxy.systemctl(module)('restart', UNIT)
+    assert module.calls == [['/usr/bin/systemctl', '--user', '-M', 'pi-egress@', 'restart', UNIT]]
+    message = str(info.value)
+    assert 'systemctl --user -M pi-egress@ restart %s failed (exit 1)' % UNIT in message, message
+    assert 'journalctl --user -M pi-egress@ -u %s' % UNIT in message, message
 
 
 class FakeUnits(object):
