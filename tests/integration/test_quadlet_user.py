@@ -52,7 +52,7 @@ class UserHost(object):
         self.uid = None
 
     def boot(self):
-        wait_for('%s booted' % HOST, lambda: booted_here())
+        wait_for('%s booted' % HOST, booted_here)
 
     def as_account(self, command, timeout=120):
         """A command as the account, in its runtime dir (podman's CLI reads the same storage as its units)."""
