@@ -1,7 +1,7 @@
 """Run a command as a child subreaper, reaping every orphan it inherits (./run gate podman).
 
 ``python3 subreaper.py podman system service ...``. The program is the product's own: ``SUBREAPER_SOURCE`` of
-``plugins/module_utils/_podman/service_account.py``, which ``egress_podman_account`` runs (``python3 -c``) for a
+``plugins/module_utils/_podman/supervision.py``, which ``egress_podman_account`` runs (``python3 -c``) for a
 supervised ``podman system service``. It is read from that file here (no import: the gate's ``python3`` has no
 Ansible) and run as this process, so the gate's service is supervised exactly as the module's is. Why a
 subreaper: netavark starts aardvark-dns detached; on a machine whose PID 1 reaps late the exited aardvark-dns
@@ -14,7 +14,7 @@ import os
 import sys
 
 PRODUCT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'plugins', 'module_utils', '_podman',
-                       'service_account.py')
+                       'supervision.py')
 
 
 def source():

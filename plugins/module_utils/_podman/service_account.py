@@ -14,317 +14,39 @@ In order, each step said in the result and skipped in check mode after saying wh
 3. ``/run/user/<uid>`` (0700, the account's) where no logind makes it; linger where logind runs;
 4. the API socket: the account's ``podman.socket`` (``systemctl --user -M <account>@``) where systemd
    and logind run, else ``podman system service`` started as the account (``setpriv``, a clean
-   environment), detached (its own session), under a subreaper (:data:`SUBREAPER_SOURCE`) that reaps
+   environment), detached (its own session), under a subreaper (``supervision.SUBREAPER_SOURCE``) that reaps
    the exited ``aardvark-dns`` and ``conmon`` it inherits; its pid is kept in a root-owned folder of
    the runtime dir. Such a service is not restarted after a crash or a reboot: the result says so.
 
-Every refusal comes before anything changes. Pure parts (:func:`parse_subids`, :func:`plan_subids`)
+Every refusal comes before anything changes. The pure parts (``subids``: the parse and the allocation)
 are unit-tested as tables; the rest takes a command runner so the systemd branch is tested with a fake.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import signal
-import socket
 import stat
-import subprocess
 import sys
-import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._common import files as _files
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import subids as _subids
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import supervision as _supervision
 
-SUBID_FILES = ('/etc/subuid', '/etc/subgid')
-FIRST_SUBID = 100000
 SUPERVISED_NOTE = ('supervised by this module: not restarted after a crash or a reboot; run the role again, '
                    'or use systemd')
 STATE_DIR = 'pi-egress'  # under /run/user/<uid>, root's own (0700): the pid file and the service's log
 PID_FILE = 'podman-service.pid'
 LOG_FILE = 'podman-service.log'
-PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin'
-SUBREAPER_MARK = 'pi-dispatch-egress subreaper'
 # useradd's default NAME_REGEX: a name that is neither an option to useradd nor a line break or `:` in /etc/subuid
 ACCOUNT_NAME = re.compile(r'^[a-z_][a-z0-9_-]{0,30}\$?$')
 
-# The subreaper, run as ``python3 -c SUBREAPER_SOURCE <command...>`` (also by tests/podman/subreaper.py, which
-# reads it from this file). netavark starts aardvark-dns detached, so when aardvark-dns exits it is re-parented
-# to the nearest subreaper, else to PID 1. Where PID 1 reaps late (a micro-VM's init, measured), the exited
-# aardvark-dns stays a zombie; netavark finds its pid "alive" (kill -0 succeeds on a zombie), signals it instead
-# of starting a new one, and name resolution on every Podman network stops. As a subreaper this program
-# inherits those orphans and reaps them at once, as systemd does for podman.service. SIGTERM, SIGINT and SIGHUP
-# are passed to the command; its exit status is this program's. Python 3.6 and later, standard library only.
-SUBREAPER_SOURCE = r'''
-# pi-dispatch-egress subreaper: run a command as a child subreaper, reaping every orphan it inherits.
-import ctypes, errno, os, signal, subprocess, sys
-
-def main(argv):
-    if not argv:
-        sys.stderr.write('usage: subreaper <command> [args...]\n')
-        return 2
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
-        sys.stderr.write('prctl(PR_SET_CHILD_SUBREAPER) failed: %s\n' % os.strerror(ctypes.get_errno()))
-        return 1
-    child = subprocess.Popen(argv)
-
-    def forward(signum, _frame):
-        child.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
-    status = 0
-    while True:
-        try:
-            pid, raw = os.wait()
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            break
-        if pid == child.pid:
-            status = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else 128 + os.WTERMSIG(raw)
-            break
-    # The command ended: reap what has already exited; anything still running goes to PID 1.
-    while True:
-        try:
-            pid, _raw = os.waitpid(-1, os.WNOHANG)
-        except OSError as exc:
-            if exc.errno == errno.ECHILD:
-                break
-            raise
-        if pid == 0:
-            break
-    return status
-
-sys.exit(main(sys.argv[1:]))
-'''
-
-
-class Refusal(ValueError):
-    """Refused before anything changed: the message names the account or file, the line, and the fix."""
-
-
-class Range(object):
-    """One line of /etc/subuid or /etc/subgid."""
-
-    __slots__ = ('path', 'line', 'owner', 'start', 'count')
-
-    def __init__(self, path: str, line: int, owner: str, start: int, count: int) -> None:
-        self.path, self.line, self.owner, self.start, self.count = path, line, owner, start, count
-
-    @property
-    def end(self) -> int:
-        return self.start + self.count
-
-    def text(self) -> str:
-        return '%s:%d:%d' % (self.owner, self.start, self.count)
-
-    def as_dict(self) -> Dict[str, Any]:
-        return dict(path=self.path, line=self.line, owner=self.owner, start=self.start, count=self.count)
-
-    def __repr__(self) -> str:
-        return 'Range(%r, %d, %r)' % (self.path, self.line, self.text())
-
-
-def parse_subids(text: str, path: str) -> List[Range]:
-    """The ranges of a subuid/subgid file; a line that is not ``owner:start:count`` is refused by number."""
-    ranges = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith('#'):
-            continue
-        parts = line.split(':')
-        if (len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2].isdigit()
-                or int(parts[2]) == 0):
-            raise Refusal('%s line %d is not `account:start:count` (%r): fix or delete that line (man subuid), then '
-                          'run again. Nothing was changed.' % (path, number, raw[:80]))
-        ranges.append(Range(path, number, parts[0], int(parts[1]), int(parts[2])))
-    return ranges
-
-
-def _overlaps(a: Range, b: Range) -> bool:
-    return a.start < b.end and b.start < a.end
-
-
-def plan_subids(texts: Dict[str, str], account: str, uid: int, count: int) -> Dict[str, Dict[str, Any]]:
-    """Per file (in ``texts``' order): ``{'keep': Range}`` or ``{'add': 'account:start:count'}``; else Refusal.
-
-    The account's lines are those naming it or its uid. One of them must hold ``count`` ids and none may
-    overlap another account's range in the same file. A file without any gets the first ``count`` ids after
-    every range of every file (both files get the same start), never below :data:`FIRST_SUBID`.
-    """
-    parsed = dict((path, parse_subids(text, path)) for path, text in texts.items())
-    names = (account, str(uid))
-    plan = {}
-    for path, ranges in parsed.items():
-        own = [r for r in ranges if r.owner in names]
-        others = [r for r in ranges if r.owner not in names]
-        for mine in own:
-            for other in others:
-                if _overlaps(mine, other):
-                    raise Refusal(
-                        '%s line %d (%s) overlaps line %d (%s): two accounts would share the same subordinate ids, '
-                        'so one could reach the other\'s container files. Delete line %d and run again (this module '
-                        'then adds the first free range), or give it a range no other line holds. Nothing was '
-                        'changed.' % (path, mine.line, mine.text(), other.line, other.text(), mine.line))
-        if not own:
-            plan[path] = {}
-            continue
-        big = [r for r in own if r.count >= count]
-        if not big:
-            small = own[0]
-            raise Refusal(
-                '%s line %d (%s) gives %s %d ids; rootless Podman here needs %d (subid_count). Make that line '
-                '`%s:<start>:%d` with ids no other line holds, or delete it and run again (this module then adds '
-                'the first free range), then run `podman system migrate` as %s. Nothing was changed.'
-                % (path, small.line, small.text(), account, small.count, count, account, count, account))
-        plan[path] = {'keep': big[0]}
-    start = FIRST_SUBID
-    for ranges in parsed.values():
-        for r in ranges:
-            start = max(start, r.end)
-    for path in plan:
-        if not plan[path]:
-            plan[path] = {'add': '%s:%d:%d' % (account, start, count)}
-    return plan
-
-
-def ping(sock: str, timeout: float = 2.0) -> bool:
-    """The Docker-compatible API on ``sock`` answers ``GET /_ping`` with 200 OK."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(timeout)
-    try:
-        conn.connect(sock)
-        conn.sendall(b'GET /_ping HTTP/1.0\r\nHost: podman\r\n\r\n')
-        data = b''
-        while len(data) < 4096:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        return False
-    finally:
-        conn.close()
-    head, _sep, body = data.partition(b'\r\n\r\n')
-    return head.split(b'\r\n', 1)[0].split(b' ')[1:2] == [b'200'] and body.strip() == b'OK'
-
-
-def _proc_state(pid: int) -> Optional[str]:
-    """The state letter of a process (``Z`` a zombie), or None when there is none."""
-    try:
-        with open('/proc/%d/stat' % pid, 'rb') as handle:
-            return handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _proc_ours(pid: int, sock_url: str) -> bool:
-    """``pid`` is a live subreaper this module started (root's, for ``sock_url``), not a pid reused since."""
-    if _proc_state(pid) in (None, 'Z', 'X'):
-        return False
-    try:
-        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
-            argv = handle.read().split(b'\0')
-        with open('/proc/%d/status' % pid, 'rb') as handle:
-            status = handle.read().decode('utf-8', 'replace')
-    except OSError:
-        return False
-    uids = [line.split()[1:] for line in status.splitlines() if line.startswith('Uid:')]
-    argv = [a.decode('utf-8', 'replace') for a in argv if a]
-    return (bool(uids) and uids[0][0] == '0' and len(argv) > 3 and argv[1] == '-c'
-            and SUBREAPER_MARK in argv[2] and argv[-1] == sock_url and 'service' in argv)
-
-
-def _session_services(sid: int, sock_url: str) -> List[int]:
-    """Live ``podman system service ... sock_url`` processes of session ``sid`` (the subreaper's own session).
-
-    Rootless ``podman`` re-executes itself inside the account's user namespace; on SIGTERM the outer process can
-    exit first, and the inner one, an orphan, outlives the subreaper (measured with Podman 4.3.1 here).
-    """
-    found = []
-    for name in os.listdir('/proc'):
-        if not name.isdigit():
-            continue
-        try:
-            with open('/proc/%s/stat' % name, 'rb') as handle:
-                fields = handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()
-            with open('/proc/%s/cmdline' % name, 'rb') as handle:
-                argv = [a.decode('utf-8', 'replace') for a in handle.read().split(b'\0') if a]
-        except (OSError, IndexError):
-            continue
-        tail = ['system', 'service', '--time=0', sock_url]
-        if fields[0] not in ('Z', 'X') and int(fields[3]) == sid and argv[-4:] == tail:
-            found.append(int(name))
-    return found
-
-
-Runner = Callable[..., Tuple[int, str, str]]
-
-
-class Host(object):
-    """What this host is and how to reach it: replaced by a fake in the unit tests."""
-
-    subid_files = SUBID_FILES
-    runtime_base = '/run/user'
-    linger_dir = '/var/lib/systemd/linger'
-
-    def __init__(self, runner: Runner) -> None:
-        self.run = runner
-
-    def euid(self) -> int:
-        return os.geteuid()
-
-    def account(self, name: str) -> Optional[Any]:
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            return None
-
-    def systemd_pid1(self) -> bool:
-        try:
-            with open('/proc/1/comm') as handle:
-                return handle.read().strip() == 'systemd' and os.path.isdir('/run/systemd/system')
-        except OSError:
-            return False
-
-    def logind(self) -> bool:
-        try:
-            rc, _out, _err = self.run(['loginctl', '--no-pager', '--no-legend', 'list-sessions'])
-        except OSError:
-            return False
-        return rc == 0
-
-    def ping(self, sock: str) -> bool:
-        return ping(sock)
-
-    def proc_ours(self, pid: int, sock_url: str) -> bool:
-        return _proc_ours(pid, sock_url)
-
-    def proc_gone(self, pid: int) -> bool:
-        return _proc_state(pid) in (None, 'Z', 'X')
-
-    def session_services(self, sid: int, sock_url: str) -> List[int]:
-        return _session_services(sid, sock_url)
-
-    def kill(self, pid: int, signum: int) -> None:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    def spawn(self, argv: Sequence[str], cwd: str, log_fd: int) -> int:
-        """Start ``argv`` detached (its own session, stdin /dev/null, output to ``log_fd``); its pid."""
-        with open(os.devnull, 'rb') as null:
-            proc = subprocess.Popen(list(argv), cwd=cwd, stdin=null, stdout=log_fd, stderr=log_fd,
-                                    close_fds=True, start_new_session=True, env={'PATH': PATH})
-        return proc.pid
-
+# One refusal for the whole run: the subid plan's and this module's own.
+Refusal = _subids.Refusal
+# The host as the run sees it (a fake in the unit tests).
+Host = _supervision.Host
 
 class ServiceAccount(object):
     """One run of ``egress_podman_account``: :meth:`apply` returns the module's result or raises Refusal."""
@@ -349,7 +71,7 @@ class ServiceAccount(object):
 
     def _as_account(self, entry: Any) -> List[str]:
         return ['setpriv', '--reuid=%d' % entry.pw_uid, '--regid=%d' % entry.pw_gid, '--init-groups',
-                'env', '-i', 'PATH=' + PATH, 'HOME=' + entry.pw_dir, 'USER=' + self.account,
+                'env', '-i', 'PATH=' + _supervision.PATH, 'HOME=' + entry.pw_dir, 'USER=' + self.account,
                 'LOGNAME=' + self.account, 'XDG_RUNTIME_DIR=%s/%d' % (self.host.runtime_base, entry.pw_uid)]
 
     def _must(self, argv: List[str], what: str, **kwargs: Any) -> str:
@@ -424,7 +146,7 @@ class ServiceAccount(object):
                 self.result.update(service={'state': 'absent'})
                 return self.result
             texts = self._read_subid_files()
-            plan_subids(texts, self.account, -1, self.count)  # the files are readable: refusals come first
+            _subids.plan_subids(texts, self.account, -1, self.count)  # the files are readable: refusals come first
             argv = ['useradd', '--create-home', '--shell', '/usr/sbin/nologin', '--comment',
                     'pi-dispatch egress rootless Podman', '-K', 'SUB_UID_COUNT=0', '-K', 'SUB_GID_COUNT=0',
                     self.account]
@@ -447,7 +169,7 @@ class ServiceAccount(object):
         if self.state == 'present':
             self._refuse_symlinked_config(entry.pw_dir)
             texts = self._read_subid_files()
-            plan = plan_subids(texts, self.account, uid, self.count)
+            plan = _subids.plan_subids(texts, self.account, uid, self.count)
         logind = self.host.logind()
         mode = self._resolve_socket(logind)
         self.result['socket'] = mode
@@ -664,7 +386,7 @@ class ServiceAccount(object):
                 os.unlink(sock)  # stale: nothing answered on it
         except FileNotFoundError:
             pass
-        argv = [sys.executable, '-c', SUBREAPER_SOURCE] + self._as_account(entry) + [
+        argv = [sys.executable, '-c', _supervision.SUBREAPER_SOURCE] + self._as_account(entry) + [
             'podman', 'system', 'service', '--time=0', sock_url]
         log_path = os.path.join(runtime, STATE_DIR, LOG_FILE)
         log_fd = os.open(LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=folder)

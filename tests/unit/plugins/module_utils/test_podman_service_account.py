@@ -15,13 +15,15 @@ import time
 import pytest
 
 from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import service_account as _sa
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import subids as _subids
+from ansible_collections.pi_dispatch.egress.plugins.module_utils._podman import supervision as _supervision
 
 UID, GID = 1500, 1500
 SUBUID, SUBGID = '/etc/subuid', '/etc/subgid'
 
 
 def plan(subuid, subgid, count=65536, account='worker', uid=UID):
-    return _sa.plan_subids({SUBUID: subuid, SUBGID: subgid}, account, uid, count)
+    return _subids.plan_subids({SUBUID: subuid, SUBGID: subgid}, account, uid, count)
 
 
 @pytest.mark.parametrize('subuid, subgid, wanted', [
@@ -191,7 +193,7 @@ def test_supervised_first_run_adds_ranges_makes_the_runtime_dir_and_starts_the_s
     runtime = os.stat('%s/%d' % (host.runtime_base, UID))
     assert (oct(runtime.st_mode & 0o777), runtime.st_uid) == ('0o700', UID)
     (argv, cwd), = host.spawned
-    assert argv[1] == '-c' and _sa.SUBREAPER_MARK in argv[2]
+    assert argv[1] == '-c' and _supervision.SUBREAPER_MARK in argv[2]
     assert argv[3:8] == ['setpriv', '--reuid=%d' % UID, '--regid=%d' % GID, '--init-groups', 'env']
     assert 'XDG_RUNTIME_DIR=%s/%d' % (host.runtime_base, UID) in argv and argv[-5:] == [
         'podman', 'system', 'service', '--time=0', 'unix://' + sock]
@@ -391,17 +393,17 @@ def test_ping_speaks_http_on_a_unix_socket(tmp_path):
     thread = threading.Thread(target=serve, args=([b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK',
                                                    b'HTTP/1.1 500 Error\r\n\r\nOK'],))
     thread.start()
-    assert _sa.ping(path) is True
-    assert _sa.ping(path) is False
+    assert _supervision.ping(path) is True
+    assert _supervision.ping(path) is False
     thread.join(5)
     server.close()
-    assert _sa.ping(str(tmp_path / 'none.sock')) is False
+    assert _supervision.ping(str(tmp_path / 'none.sock')) is False
 
 
 def test_the_subreaper_runs_the_command_and_passes_its_exit_status(tmp_path):
     # The command leaves a grandchild that outlives it (the subreaper's orphan): the exit status is still the command's.
     script = 'import os,sys,time\nif os.fork()==0:\n    time.sleep(0.3); os._exit(0)\nsys.exit(3)'
-    proc = subprocess.run([sys.executable, '-c', _sa.SUBREAPER_SOURCE, sys.executable, '-c', script],
+    proc = subprocess.run([sys.executable, '-c', _supervision.SUBREAPER_SOURCE, sys.executable, '-c', script],
                           timeout=30, check=False)
     assert proc.returncode == 3
     # tests/podman/subreaper.py runs the same program, read from the product's file.
@@ -409,12 +411,12 @@ def test_the_subreaper_runs_the_command_and_passes_its_exit_status(tmp_path):
     proc = subprocess.run([sys.executable, wrapper, sys.executable, '-c', 'import sys; sys.exit(5)'], timeout=30,
                           check=False)
     assert proc.returncode == 5
-    tree = ast.parse(open(_sa.__file__).read())
+    tree = ast.parse(open(_supervision.__file__).read())
     assert any(isinstance(n, ast.Assign) and getattr(n.targets[0], 'id', '') == 'SUBREAPER_SOURCE' for n in tree.body)
 
 
 def test_the_subreaper_passes_sigterm_to_the_command(tmp_path):
-    proc = subprocess.Popen([sys.executable, '-c', _sa.SUBREAPER_SOURCE, sys.executable, '-c',
+    proc = subprocess.Popen([sys.executable, '-c', _supervision.SUBREAPER_SOURCE, sys.executable, '-c',
                              'import time; time.sleep(30)'])
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
