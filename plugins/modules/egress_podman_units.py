@@ -93,6 +93,17 @@ options:
   account:
     description: The service account of I(scope=user); the files and the folders made under its home are its own.
     type: str
+  cgroup_version:
+    description:
+      - The host's cgroup version, for an account's Quadlet unit (I(scope=user)). On C(1) the unit ends its
+        C(PodmanArgs=) with C(--cgroups=no-conmon), since Quadlet's C(--cgroups=split) fails under a user manager
+        there (systemd delegates no v1 controller to it; measured with Podman 5.4.2). C(auto) reads this host
+        (C(/sys/fs/cgroup/cgroup.controllers) exists only on the unified v2 tree). The system's units, and
+        I(format=systemd) (which says C(--cgroups=no-conmon) always), are the same for every value.
+    type: str
+    choices: [auto, '1', '2']
+    default: auto
+    version_added: 0.20.0
   units_dir:
     description: Write here instead of the scope's folder.
     type: path
@@ -185,6 +196,7 @@ def main():
             log_max_file=dict(type='int', default=3),
             scope=dict(type='str', default='system', choices=['system', 'user']),
             account=dict(type='str'),
+            cgroup_version=dict(type='str', default='auto', choices=['auto', '1', '2']),
             units_dir=dict(type='path'),
             format=dict(type='str', default='quadlet', choices=['quadlet', 'systemd']),
             state=dict(type='str', default='present', choices=['present', 'absent']),
@@ -193,8 +205,9 @@ def main():
         supports_check_mode=True,
     )
     layout = _deployment.module_layout(module)
+    params = dict(module.params, cgroups=_units.cgroups_for(module.params['scope'], module.params['cgroup_version']))
     try:
-        result = _units.apply(module.params, layout.paths, check_mode=module.check_mode)
+        result = _units.apply(params, layout.paths, check_mode=module.check_mode)
     except _units.UnitsError as exc:
         module.fail_json(msg='%s. Nothing was written.' % exc)
     except OSError as exc:

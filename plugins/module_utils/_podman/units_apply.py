@@ -57,6 +57,17 @@ def units_dir(scope: str, account: Optional[str], given: Optional[str],
     return system, entry
 
 
+def host_cgroup_version(root: str = '/sys/fs/cgroup') -> str:
+    """``2`` when ``root`` is the unified cgroup v2 tree (it has ``cgroup.controllers``), else ``1`` (v1 or hybrid)."""
+    return '2' if os.path.exists(os.path.join(root, 'cgroup.controllers')) else '1'
+
+
+def cgroups_for(scope: str, cgroup_version: str, root: str = '/sys/fs/cgroup') -> Optional[str]:
+    """The ``--cgroups`` mode of a unit of ``scope`` (``quadlet.unit_cgroups``); ``auto`` reads this host."""
+    version = host_cgroup_version(root) if cgroup_version == 'auto' else cgroup_version
+    return _quadlet.unit_cgroups(scope, version)
+
+
 def manager_args(scope: str, account: Optional[str]) -> List[str]:
     """What systemctl and journalctl need to reach the units' manager: none for the system's."""
     return ['--user', '-M', '%s@' % account] if scope == 'user' else []

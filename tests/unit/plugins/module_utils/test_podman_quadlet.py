@@ -253,3 +253,18 @@ def test_units_of_another_manager_than_the_engine_are_refused(scope, found, frag
         assert refusal is None
     else:
         assert refusal and all(fragment in refusal for fragment in fragments), refusal
+
+
+@pytest.mark.parametrize('v2_tree, scope, given, expect', [
+    (False, 'user', 'auto', 'no-conmon'),  # this host's cgroup v1 (or hybrid) tree
+    (True, 'user', 'auto', None),
+    (False, 'system', 'auto', None),
+    (True, 'user', '1', 'no-conmon'),  # given wins over what the host says
+    (False, 'user', '2', None),
+])
+def test_the_standalone_module_reads_the_hosts_cgroup_version(tmp_path, v2_tree, scope, given, expect):
+    root = tmp_path / 'cgroup'
+    root.mkdir()
+    if v2_tree:
+        (root / 'cgroup.controllers').write_text('cpu memory pids\n')
+    assert _units.cgroups_for(scope, given, str(root)) == expect
