@@ -213,8 +213,20 @@ def module_client(module: Any, result: Optional[Dict[str, Any]] = None, suffix: 
         fail(module, exc, result, suffix)
 
 
+# Podman's compatible API answers 500, not 404, for a container removed while it was being read (a unit's
+# container with --rm going away under an inspect; measured with Podman 5.4.2: 'no container with ID ... found
+# in database: no such container').
+PODMAN_GONE = 'no such container'
+
+
 def is_not_found(exc: BaseException) -> bool:
-    return docker_errors is not None and isinstance(exc, docker_errors.NotFound)
+    """The object is not there: Docker's 404, or Podman's 500 for a container removed while it was read."""
+    if docker_errors is None:
+        return False
+    if isinstance(exc, docker_errors.NotFound):
+        return True
+    return (isinstance(exc, docker_errors.APIError) and getattr(exc, 'status_code', None) == 500
+            and PODMAN_GONE in str(getattr(exc, 'explanation', '') or exc))
 
 
 TRANSIENT_STATUS = (500, 502, 503, 504)

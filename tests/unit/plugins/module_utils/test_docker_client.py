@@ -101,6 +101,27 @@ def test_api_errors_are_transient_only_for_a_busy_daemon(status, transient):
     assert dc.is_transient(exc) is transient
 
 
+GONE = ('no container with ID 6d89 found in database: no such container')
+
+
+@pytest.mark.skipif(dc.docker is None, reason='needs the Docker SDK')
+@pytest.mark.parametrize('status, explanation, not_found', [
+    (404, 'No such container: x', True),   # Docker (NotFound)
+    (500, GONE, True),                     # Podman, a container removed while it was read (a unit's --rm)
+    (500, 'database is locked', False),    # busy: transient, not gone
+    (409, GONE, False),                    # only the 500 Podman answers for it
+])
+def test_a_container_gone_is_not_found_on_both_engines(status, explanation, not_found):
+    kind = dc.docker_errors.NotFound if status == 404 else dc.docker_errors.APIError
+    exc = kind('x', response=_Response(status), explanation=explanation)
+    assert dc.is_not_found(exc) is not_found
+    if not_found:  # a read that may find nothing says nothing, not an engine error
+
+        def gone():
+            raise exc
+        assert dc.read('Inspecting container x', gone, retries=0, missing=True) is None
+
+
 @pytest.mark.parametrize('exc, transient', [
     (ConnectionResetError('reset'), True),
     (TimeoutError('slow'), True),
