@@ -48,6 +48,7 @@ Refusal = _subids.Refusal
 # The host as the run sees it (a fake in the unit tests).
 Host = _supervision.Host
 
+
 class ServiceAccount(object):
     """One run of ``egress_podman_account``: :meth:`apply` returns the module's result or raises Refusal."""
 
