@@ -549,8 +549,16 @@ def test_the_control_socket_is_root_only_and_strict(tworld):
 
 def _control_checks(tworld, path, victim):
     client = tworld.client
-    logs = client.api.logs(tworld.gateway, tail=200).decode('utf-8', 'replace')
-    assert 'control: configure %s' % victim in logs, logs[-3000:]
+    # The gateway logs the request before it answers, but the engine copies a container's output to its log
+    # asynchronously: the line may land a moment after the reply (CI, measured). Bounded wait.
+    wanted = 'control: configure %s' % victim
+    end = time.monotonic() + 15
+    while True:
+        logs = client.api.logs(tworld.gateway, tail=200).decode('utf-8', 'replace')
+        if wanted in logs or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    assert wanted in logs, logs[-3000:]
     before = tp.counters(client, tworld.gateway)['networks']
     assert victim in [n['network'] for n in before], before
     # malformed requests: the gateway's words, nothing written, applied or forgotten
